@@ -1,0 +1,197 @@
+"""Helpers shared by the attacks (private).
+
+* :func:`known_rows` -- the rows the attacker knows: the honest rows where HONEST is granted,
+  else its own; :func:`mean_std` their coordinate-wise mean and population std (ddof 0).
+* :func:`generator`, :func:`randn`, :func:`rand` -- randomness from the context's generator only
+  (a fresh ``torch.Generator().manual_seed(0)`` when the context has none), drawn on the
+  generator's device and moved to the rows' device.
+* :func:`build_base` -- a ``base`` parameter (name, ``{"name": ..., **params}`` or an attack
+  object) as an attack; :class:`Composite` forwards the base's data poisoning, trigger, setup.
+* :func:`krum_select` -- Krum's choice (Blanchard et al. 2017) from one Gram matrix.
+* :func:`check_real`, :func:`check_choice`, :func:`check_int` -- ``__post_init__`` validation with
+  messages "attack <name>: parameter <p> must be <constraint>, got <value>".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..defenses._util import EPS, sq_distances
+from ..errors import InputError, ParameterError
+from ..types import AttackContext, Knowledge, TaskInfo
+
+__all__ = [
+    "EPS", "PERTURBATIONS", "Composite", "build_base", "check_choice", "check_int", "check_real", "generator",
+    "known_rows", "krum_scores", "krum_select", "mean_std", "num_clients", "orthogonalise", "param_error",
+    "perturbation", "rand", "randn", "unit",
+]
+
+
+# -- validation ------------------------------------------------------------------------------
+def param_error(attack: str, p: str, constraint: str, value: Any) -> ParameterError:
+    return ParameterError(f"attack {attack}: parameter {p} must be {constraint}, got {value!r}")
+
+
+def check_real(attack: str, p: str, value: Any, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """A finite real number in the given range (ints accepted, bools refused)."""
+    parts = []
+    if low is not None:
+        parts.append(("> " if low_open else ">= ") + f"{low:g}")
+    if high is not None:
+        parts.append(("< " if high_open else "<= ") + f"{high:g}")
+    constraint = " ".join(["a finite number", " and ".join(parts)]).strip()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise param_error(attack, p, constraint, value)
+    ok = (low is None or (value > low if low_open else value >= low)) and (
+        high is None or (value < high if high_open else value <= high))
+    if not ok:
+        raise param_error(attack, p, constraint, value)
+    return float(value)
+
+
+def check_int(attack: str, p: str, value: Any, *, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise param_error(attack, p, f"an integer >= {low}", value)
+    return value
+
+
+def check_choice(attack: str, p: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise param_error(attack, p, "one of " + ", ".join(repr(c) for c in choices), value)
+    return str(value)
+
+
+# -- what the attacker knows -------------------------------------------------------------------
+def known_rows(ctx: AttackContext) -> Tensor:
+    """The honest rows where granted (and non-empty), else the attacker's own rows."""
+    if ctx.honest is not None and ctx.honest.shape[0] > 0:
+        return ctx.honest.to(ctx.own.dtype)
+    return ctx.own
+
+
+def mean_std(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Coordinate-wise mean and population standard deviation (ddof 0)."""
+    return rows.mean(0), rows.std(0, correction=0)
+
+
+def num_clients(ctx: AttackContext) -> int:
+    """K: the context's, else f plus the honest rows known, else f."""
+    if ctx.num_clients is not None:
+        return int(ctx.num_clients)
+    return ctx.own.shape[0] + (ctx.honest.shape[0] if ctx.honest is not None else 0)
+
+
+def unit(v: Tensor) -> Tensor:
+    """v / ||v||, or zeros when ||v|| <= eps."""
+    n = torch.linalg.vector_norm(v)
+    return v / n if float(n) > EPS else torch.zeros_like(v)
+
+
+def orthogonalise(v: Tensor, a_hat: Tensor) -> Tensor:
+    """The component of v orthogonal to the unit vector a_hat (Gram-Schmidt, two passes)."""
+    for _ in range(2):
+        v = v - (v @ a_hat) * a_hat
+    return v
+
+
+PERTURBATIONS = ("unit", "sign", "std")
+
+
+def perturbation(kind: str, mu: Tensor, sigma: Tensor) -> Tensor:
+    """Shejwalkar & Houmansadr's p: unit -mu/||mu||, sign -sign(mu), std -sigma."""
+    if kind == "unit":
+        return -unit(mu)
+    if kind == "sign":
+        return -torch.sign(mu)
+    return -sigma
+
+
+# -- randomness --------------------------------------------------------------------------------
+def generator(ctx: AttackContext) -> torch.Generator:
+    g = ctx.generator
+    return g if g is not None else torch.Generator().manual_seed(0)
+
+
+def randn(g: torch.Generator, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    return torch.randn(shape, generator=g, dtype=like.dtype, device=g.device).to(like.device)
+
+
+def rand(g: torch.Generator, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    return torch.rand(shape, generator=g, dtype=like.dtype, device=g.device).to(like.device)
+
+
+# -- composite attacks -------------------------------------------------------------------------
+def build_base(attack: str, spec: Any) -> Any:
+    """A ``base`` parameter as an attack: a registered name, {"name": ..., **params}, or an attack."""
+    from . import create  # here, not at module level: robustfl.attacks imports nothing eagerly
+
+    if isinstance(spec, str):
+        return create(spec)
+    if isinstance(spec, Mapping):
+        params = dict(spec)
+        name = params.pop("name", None)
+        if not isinstance(name, str):
+            raise param_error(attack, "base", 'a name or a table with a "name" key', dict(spec))
+        return create(name, **params)
+    if callable(spec) and isinstance(getattr(spec, "knowledge", None), Knowledge):
+        return spec
+    raise param_error(attack, "base", "an attack name or a table with a name", spec)
+
+
+class Composite:
+    """Mixin for attacks built on a ``base``: forwards data poisoning, the trigger and setup.
+
+    The subclass stores its base attack in ``self._base``. ``scaling`` with ``base = "backdoor"``
+    thus poisons the data like backdoor and scales the trained rows.
+    """
+
+    _base: Any
+    _FORWARD = ("poison", "trigger", "target_label", "sybil_rows")
+
+    def __getattr__(self, name: str) -> Any:
+        base = self.__dict__.get("_base")
+        if name in Composite._FORWARD and base is not None:
+            return getattr(base, name)
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+
+    @property
+    def poisons_data(self) -> bool:
+        return bool(getattr(self.__dict__.get("_base"), "poisons_data", False))
+
+    def setup(self, info: TaskInfo) -> None:
+        base_setup = getattr(self._base, "setup", None)
+        if base_setup is not None:
+            base_setup(info)
+
+    def base_rows(self, ctx: AttackContext) -> Tensor:
+        rows: Tensor = self._base(ctx)
+        if tuple(rows.shape) != tuple(ctx.own.shape):
+            got, want = tuple(rows.shape), tuple(ctx.own.shape)
+            raise InputError(f"base attack returned shape {got}, expected {want}")
+        return rows.to(dtype=ctx.own.dtype, device=ctx.own.device)
+
+    def base_stats(self) -> dict[str, float]:
+        return dict(getattr(self._base, "last_stats", {}) or {})
+
+
+# -- Krum ----------------------------------------------------------------------------------------
+def krum_scores(sq: Tensor, f: int) -> Tensor:
+    """Sum of squared distances to the max(0, K - f - 2) nearest other rows (sq: (K, K))."""
+    k = sq.shape[0]
+    m = max(0, k - f - 2)
+    if m == 0:
+        return torch.zeros(k, dtype=sq.dtype, device=sq.device)
+    d = sq.clone()
+    d.fill_diagonal_(float("inf"))
+    return torch.topk(d, m, dim=1, largest=False).values.sum(1)
+
+
+def krum_select(rows: Tensor, f: int) -> int:
+    """Krum's selected index (lowest score, ties: lowest index) with f-hat = f."""
+    return int(torch.argmin(krum_scores(sq_distances(rows), f)))

@@ -1,0 +1,48 @@
+"""A Little Is Enough (Baruch, Baruch, Goldberg, NeurIPS 2019).
+
+Every attacker sends ``mu + z * sigma``: mu, sigma the coordinate-wise mean and population std
+(ddof 0) of the rows it knows (honest where HONEST is granted, else its own). Default z from the
+paper: ``s = floor(K/2 + 1) - f`` supporters needed for a majority, ``z = Phi^-1((K - s)/K)``; when
+s <= 0, ``z = Phi^-1((K - 1)/K)``. The rows stay inside the honest spread per coordinate, so
+median-, trimmed-mean- and Krum-type rules keep them; the bias z * sigma per coordinate is below
+the rules' detection threshold yet adds up over rounds. No robust rule's guarantee excludes it
+beyond its sigma-proportional error term.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+from torch import Tensor
+
+from ..types import AttackContext, Knowledge
+from ._common import check_real, known_rows, mean_std, num_clients
+
+
+def default_z(k: int, f: int) -> float:
+    """The paper's z for K clients of which f are Byzantine (0 when K < 2: no quantile exists)."""
+    if k < 2:
+        return 0.0
+    s = math.floor(k / 2 + 1) - f
+    q = (k - s) / k if s > 0 else (k - 1) / k
+    return NormalDist().inv_cdf(q) if 0 < q < 1 else 0.0
+
+
+@dataclass
+class ALIE:
+    z: float | None = None
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+    last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.z is not None:
+            self.z = check_real("alie", "z", self.z)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        f = ctx.own.shape[0]
+        z = default_z(num_clients(ctx), f) if self.z is None else self.z
+        mu, sigma = mean_std(known_rows(ctx))
+        self.last_stats = {"z": z}
+        return (mu + z * sigma).expand_as(ctx.own).clone()

@@ -1,0 +1,84 @@
+"""Backdoor (BadNets-style data poisoning; Gu, Dolan-Gavitt, Garg 2017; Bagdasaryan et al. 2020).
+
+Each Byzantine client stamps a ``trigger_size`` x ``trigger_size`` white square (pixel value 1.0,
+images in [0, 1]) in the bottom-right corner of ``n_p = floor(poison_fraction * n + 0.5)`` of its
+n images (the project's fraction-to-count rule), chosen by ``torch.randperm(n, generator)[:n_p]``,
+and relabels those ``target_label``; the other images and labels are untouched. It then trains
+honestly and sends the rows (``__call__`` returns ``own`` unchanged). The runner measures
+``attack_success_rate`` on test images whose true label differs from the target, stamped with
+:meth:`trigger`. Image tasks only (:meth:`setup` refuses others with a ConfigError). Robust rules
+do not bound it: the rows can be close to honest ones while the trigger is learned; combine with
+``scaling`` (base = "backdoor") for the FLTrust paper's Scaling attack.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..types import AttackContext, Knowledge, TaskInfo
+from ._common import check_int, check_real
+
+WHITE = 1.0
+
+
+@dataclass
+class Backdoor:
+    target_label: int = 0
+    trigger_size: int = 3
+    poison_fraction: float = 0.5
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+    poisons_data: bool = field(default=True, init=False, repr=False)
+    input_shape: tuple[int, ...] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.target_label = check_int("backdoor", "target_label", self.target_label, low=0)
+        self.trigger_size = check_int("backdoor", "trigger_size", self.trigger_size, low=1)
+        self.poison_fraction = check_real("backdoor", "poison_fraction", self.poison_fraction, low=0, high=1)
+
+    def setup(self, info: TaskInfo) -> None:
+        if not info.is_image or len(info.input_shape) < 2:
+            raise ConfigError(f"attack backdoor needs an image task; task {info.name!r} is not one")
+        if info.num_classes is not None and self.target_label >= info.num_classes:
+            raise ConfigError(f"attack backdoor: target_label {self.target_label} is not a class of task "
+                              f"{info.name!r} ({info.num_classes} classes)")
+        if self.trigger_size > min(info.input_shape[-2:]):
+            raise ConfigError(f"attack backdoor: trigger_size {self.trigger_size} exceeds the images of task "
+                              f"{info.name!r} {tuple(info.input_shape)}")
+        self.input_shape = tuple(info.input_shape)
+
+    def _stamp(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
+        out = x.clone()
+        shape = self.input_shape
+        img = out.view(x.shape[0], *shape) if shape is not None and tuple(x.shape[1:]) != shape else out
+        if img.ndim < 3:
+            raise ConfigError("attack backdoor: images must be (n, [C,] H, W); call setup(task info) first")
+        ts = self.trigger_size
+        if rows is None:
+            img[..., -ts:, -ts:] = WHITE
+        else:
+            img[rows, ..., -ts:, -ts:] = WHITE
+        return out
+
+    def trigger(self, x: Tensor) -> Tensor:
+        """Every image of ``x`` stamped with the trigger (a new tensor)."""
+        return self._stamp(x)
+
+    def poison(self, x: Tensor, y: Tensor, generator: Any = None) -> tuple[Tensor, Tensor]:
+        """(x, y) with ``floor(poison_fraction * n + 0.5)`` random images stamped and relabelled."""
+        g = generator if generator is not None else torch.Generator().manual_seed(0)
+        n = x.shape[0]
+        count = min(n, math.floor(self.poison_fraction * n + 0.5))
+        idx = torch.randperm(n, generator=g, device=g.device)[:count].to(x.device)
+        y_new = y.clone()
+        y_new[idx] = self.target_label
+        return self._stamp(x, idx), y_new
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        return ctx.own.clone()
+

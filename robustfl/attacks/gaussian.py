@@ -1,0 +1,31 @@
+"""Gaussian noise: rows drawn i.i.d. from N(m, std^2 I).
+
+``mean = "zero"`` (default): m = 0; ``mean = "honest"``: m = mu, the coordinate-wise mean of the
+known rows (honest where granted, else own). ``std`` default 200, as in the FoundationFL tables.
+An untargeted baseline: FedAvg's error grows like f/K * std * sqrt(P); any rule that bounds a
+row's influence by its distance or cosine (Krum, median, FLTrust) filters it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from ..types import AttackContext, Knowledge
+from ._common import check_choice, check_real, generator, known_rows, randn
+
+
+@dataclass
+class Gaussian:
+    std: float = 200.0
+    mean: str = "zero"
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.std = check_real("gaussian", "std", self.std, low=0)
+        self.mean = check_choice("gaussian", "mean", self.mean, ("zero", "honest"))
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        noise = self.std * randn(generator(ctx), tuple(ctx.own.shape), ctx.own)
+        return noise + known_rows(ctx).mean(0) if self.mean == "honest" else noise

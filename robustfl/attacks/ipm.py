@@ -1,0 +1,31 @@
+"""Inner-product manipulation (Xie, Koyejo, Gupta, UAI 2020).
+
+Every attacker sends ``-epsilon * mu``, mu the coordinate-wise mean of the rows it knows (honest
+rows where HONEST is granted, else its own). Against the plain mean the aggregate's inner product
+with mu turns negative once epsilon > (K - f)/f, which is why epsilon = 100 breaks FedAvg; a small
+epsilon (0.1, the default) keeps the rows near the origin, close to the honest rows, so rules that
+select or weight by distance (Krum, median when f is large) keep them and the aggregate shrinks
+or flips. Robust rules bound the damage when f-hat >= f and the honest spread is small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from ..types import AttackContext, Knowledge
+from ._common import check_real, known_rows
+
+
+@dataclass
+class IPM:
+    epsilon: float = 0.1
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.epsilon = check_real("ipm", "epsilon", self.epsilon, low=0)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        mu = known_rows(ctx).mean(0)
+        return (-self.epsilon * mu).expand_as(ctx.own).clone()

@@ -1,0 +1,45 @@
+"""Mimic (Karimireddy, He, Jaggi, ICLR 2022: "Byzantine-robust learning on heterogeneous datasets
+via bucketing").
+
+All Byzantine clients copy one honest row: ``target`` (an index into the honest rows) or by
+default the honest row farthest from the honest mean mu (ties: the lowest index). Every row sent
+is a genuine honest update, so no outlier filter can flag it, yet over-representing one client
+biases the aggregate towards its data under heterogeneity; bucketing/NNM pre-aggregation restores
+the robust rules' guarantees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from ..types import AttackContext, Knowledge
+from ._common import check_int
+
+
+@dataclass
+class Mimic:
+    target: int | None = None
+    knowledge: Knowledge = field(default=Knowledge.OWN | Knowledge.HONEST, init=False, repr=False)
+    last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.target is not None:
+            self.target = check_int("mimic", "target", self.target, low=0)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        if ctx.honest is None or ctx.honest.shape[0] == 0:
+            raise InputError("attack mimic: needs the honest rows (HONEST knowledge)")
+        h = ctx.honest.to(ctx.own)
+        if self.target is None:
+            idx = int(torch.argmax(torch.linalg.vector_norm(h - h.mean(0), dim=1)))
+        elif self.target < h.shape[0]:
+            idx = self.target
+        else:
+            n = h.shape[0]
+            raise InputError(f"attack mimic: target {self.target} is out of range for {n} honest rows")
+        self.last_stats = {"target": float(idx)}
+        return h[idx].expand_as(ctx.own).clone()

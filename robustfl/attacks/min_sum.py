@@ -1,0 +1,49 @@
+"""Min-Sum (Shejwalkar & Houmansadr, NDSS 2021).
+
+Every attacker sends ``m = mu + gamma * p`` (mu, sigma, p as in min_max: mean and population std
+of the known rows u_i, honest where HONEST is granted else own; ``perturbation`` unit, sign or
+std, default std), gamma the largest value with
+
+    sum_i ||m - u_i||^2 <= min_i sum_j ||u_i - u_j||^2      (``bound = "min"``, default; "max": max_i).
+
+Since sum_i (mu - u_i) = 0 the left side is sum_i ||mu - u_i||^2 + n gamma^2 ||p||^2 and the right
+side n ||u_i - mu||^2 + sum_j ||u_j - mu||^2, so gamma ||p|| = min_i ||u_i - mu|| (max_i for "max"):
+a closed form replaces the paper's bisection, with no cap on gamma. When ||p|| = 0 the attackers
+send mu. Rules that score rows by summed distances (Krum, Multi-Krum) rank m among the honest rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..types import AttackContext, Knowledge
+from ._common import EPS, PERTURBATIONS, check_choice, known_rows, mean_std
+from ._common import perturbation as direction
+
+
+@dataclass
+class MinSum:
+    perturbation: str = "std"
+    bound: str = "min"
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+    last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.perturbation = check_choice("min_sum", "perturbation", self.perturbation, PERTURBATIONS)
+        self.bound = check_choice("min_sum", "bound", self.bound, ("min", "max"))
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        u = known_rows(ctx)
+        mu, sigma = mean_std(u)
+        p = direction(self.perturbation, mu, sigma)
+        p_norm = torch.linalg.vector_norm(p)
+        if float(p_norm) <= EPS:
+            gamma = torch.zeros((), dtype=mu.dtype, device=mu.device)
+        else:
+            dist = torch.linalg.vector_norm(u - mu, dim=1)
+            gamma = (dist.min() if self.bound == "min" else dist.max()) / p_norm
+        self.last_stats = {"gamma": float(gamma)}
+        return (mu + gamma * p).expand_as(ctx.own).clone()

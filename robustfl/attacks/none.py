@@ -1,0 +1,21 @@
+"""No attack: the Byzantine clients send what they would have sent honestly.
+
+``rows = own``. The baseline cell of every matrix (under ``none`` the sampled Byzantine clients
+behave honestly, so a defense's drift here is its price without an adversary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from ..types import AttackContext, Knowledge
+
+
+@dataclass
+class NoAttack:
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        return ctx.own.clone()

@@ -1,0 +1,103 @@
+"""Oracle-optimised attack: tune one parameter of a base attack against the actual defense.
+
+After ByzFL's "optimal" attacks: a line search over ``parameter`` (default: the base's natural
+knob, alie's ``z`` / ipm's ``epsilon`` / ...) of the ``base`` attack (default ``alie``) in
+[``low``, ``high``] (default [0, 10]) maximising the deviation
+
+    J(x) = || oracle(base_x(ctx)).vector - mean(honest) ||.
+
+Search: a grid of 21 evenly spaced points (ends included), then golden-section refinement (30
+iterations) inside the bracket around the best grid point; the best value ever evaluated wins
+(ties: the first). J need not be unimodal (selection rules jump), so the grid gives global cover
+and golden-section the local precision. Every evaluation replays the same generator state, so the
+rows sent are exactly the rows scored. Needs ORACLE (the reference case of full knowledge) and the
+honest rows for the objective, plus whatever the base needs. ``last_stats``: ``parameter``,
+``deviation``, ``evaluations``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from ..types import AttackContext, Knowledge
+from ._common import Composite, build_base, check_real, generator, param_error
+
+GRID = 21
+GOLDEN_ITERS = 30
+DEFAULT_PARAMETER = {"alie": "z", "ipm": "epsilon", "scaling": "factor", "sign_flip": "scale",
+                     "gaussian": "std", "orthogonal": "norm_factor"}
+
+
+@dataclass
+class Optimal(Composite):
+    base: Any = "alie"
+    parameter: str | None = None
+    low: float = 0.0
+    high: float = 10.0
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+    last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.low = check_real("optimal", "low", self.low)
+        self.high = check_real("optimal", "high", self.high, low=self.low, low_open=True)
+        self._base = build_base("optimal", self.base)
+        spec = self.base if isinstance(self.base, dict) else {"name": self.base}
+        self._base_params = {k: v for k, v in spec.items() if k != "name"}
+        self._base_name = spec.get("name") if isinstance(spec.get("name"), str) else None
+        name = self.parameter or DEFAULT_PARAMETER.get(self._base_name or "")
+        if name is None or self._base_name is None:
+            raise param_error("optimal", "parameter", "given for this base (no default)", self.parameter)
+        self._param = name
+        for x in (self.low, self.high):  # the base must accept the parameter over the whole range
+            self._make(x)
+        self.knowledge = self._base.knowledge | Knowledge.OWN | Knowledge.HONEST | Knowledge.ORACLE
+
+    def _make(self, x: float) -> Any:
+        from . import create
+
+        return create(self._base_name or "", **{**self._base_params, self._param: x})
+
+    def _rows(self, ctx: AttackContext, device: torch.device, state: Tensor, x: float) -> Tensor:
+        gen = torch.Generator(device=device)
+        gen.set_state(state)
+        rows: Tensor = self._make(x)(dataclasses.replace(ctx, generator=gen))
+        return rows.to(ctx.own)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        if ctx.oracle is None or ctx.honest is None:
+            raise InputError("attack optimal: needs the oracle and the honest rows (full knowledge)")
+        oracle, target = ctx.oracle, ctx.honest.to(ctx.own).mean(0)
+        g = generator(ctx)
+        device, state = g.device, g.get_state()
+        cache: dict[float, float] = {}
+
+        def j(x: float) -> float:
+            if x not in cache:
+                agg = oracle(self._rows(ctx, device, state, x)).vector.to(target)
+                dev = float(torch.linalg.vector_norm(agg - target))
+                cache[x] = dev if math.isfinite(dev) else -math.inf
+            return cache[x]
+
+        grid = [self.low + (self.high - self.low) * i / (GRID - 1) for i in range(GRID)]
+        vals = [j(x) for x in grid]
+        i = max(range(GRID), key=lambda k: (vals[k], -k))
+        a, b = grid[max(i - 1, 0)], grid[min(i + 1, GRID - 1)]
+        r = (math.sqrt(5) - 1) / 2
+        c, d = b - r * (b - a), a + r * (b - a)
+        for _ in range(GOLDEN_ITERS):
+            if j(c) >= j(d):
+                b, d = d, c
+                c = b - r * (b - a)
+            else:
+                a, c = c, d
+                d = a + r * (b - a)
+        best = max(cache, key=cache.__getitem__)  # the first evaluated among equals
+        self.last_stats = {"parameter": best, "deviation": cache[best], "evaluations": float(len(cache))}
+        return self._rows(ctx, device, state, best)

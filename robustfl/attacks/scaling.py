@@ -1,0 +1,39 @@
+"""Scaling (boosting / model replacement; Bagdasaryan et al., AISTATS 2020; Bhagoji et al. 2019).
+
+``rows = factor * x`` with x = ``own`` (no ``base``) or the rows of the ``base`` attack; ``factor``
+lambda defaults to K (``ctx.num_clients``), the boost that lets one client replace the mean.
+Breaks FedAvg for any lambda large enough; norm-bounding rules (FLTrust's rescaling, clipping)
+undo the magnitude by construction. With ``base = "backdoor"`` (data poisoning forwarded) this is
+the FLTrust paper's Scaling attack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from ..types import AttackContext, Knowledge
+from ._common import Composite, build_base, check_real, num_clients
+
+
+@dataclass
+class Scaling(Composite):
+    factor: float | None = None
+    base: Any = None
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+    last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.factor is not None:
+            self.factor = check_real("scaling", "factor", self.factor, low=0)
+        self._base = None if self.base is None else build_base("scaling", self.base)
+        if self._base is not None:
+            self.knowledge = self._base.knowledge | Knowledge.OWN
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        lam = float(num_clients(ctx)) if self.factor is None else self.factor
+        x = ctx.own if self._base is None else self.base_rows(ctx)
+        self.last_stats = {**(self.base_stats() if self._base is not None else {}), "factor": lam}
+        return lam * x

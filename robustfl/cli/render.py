@@ -1,0 +1,296 @@
+"""Terminal output: the attack x defense table, matrix progress, one run's summary, errors.
+
+The only module of robustfl that imports rich, and a thin layer: the numbers come from
+:func:`robustfl.simulation.report.summarize`, so the table, the CSV/Markdown/HTML reports and
+the heatmap agree. Colours go from safe to broken by the final relative drift (green < 0.1,
+yellow < 0.5, dark orange < 1, red >= 1 or diverged); ``failed`` cells are magenta; a cell run
+outside its rule's guarantee carries a ``†`` explained in the caption. Every label is shown as
+plain text (an attack labelled ``alie[z=1]`` is not rich markup).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from robustfl.simulation import report
+from robustfl.simulation.results import METRIC_KEYS, Cell
+
+STYLES = {
+    "safe": "green",
+    "weak": "yellow",
+    "poor": "dark_orange",
+    "broken": "red",
+    "diverged": "bold red",
+    "failed": "magenta",
+}
+STATUS_STYLES = {"ok": "green", "diverged": "bold red", "failed": "magenta"}
+
+
+def _console(console: Console | None) -> Console:
+    return console if console is not None else Console()
+
+
+def _cell_text(group: Mapping[str, Any] | None) -> Text:
+    if group is None:
+        return Text("—", style="dim")
+    text = Text(group["text"], style=STYLES.get(report.severity(group) or "", ""))
+    if group["outside_guarantee"]:
+        text.append(" " + report.DAGGER, style="bold")
+    return text
+
+
+def _time_note(cells: Sequence[Cell]) -> str:
+    ran = [c.elapsed_s for c in cells if c.elapsed_s]
+    if not ran:
+        return ""
+    return f"\ncompute time {sum(ran):.1f} s over {len(ran)} cells ({sum(ran) / len(ran):.2f} s per cell)"
+
+
+def matrix_tables(
+    cells: Iterable[Cell], metric: str = "relative_drift", title: str | None = None, show_time: bool = False
+) -> list[Table]:
+    """One table per sweep point (a single one when the cells carry no sweep values); with
+    ``show_time`` the caption adds the cells' total and mean compute time."""
+    cells = list(cells)
+    summary = report.summarize(cells, metric)
+    tables = []
+    for point, attacks, defenses in report.layout(summary):
+        note = report.caption({k: g for k, g in summary.items() if k[0] == point}, metric)
+        if show_time:
+            note += _time_note([c for c in cells if report.sweep_label(c.sweep) == point])
+        heading = " | ".join(t for t in (title, point) if t) or None
+        table = Table(title=heading, caption=note, caption_justify="left", header_style="bold")
+        # Narrow terminals wrap a cell onto two lines ("0.512 ±" / "0.045") rather than cut it.
+        table.add_column(Text("attack \\ defense"), style="bold", overflow="fold")
+        for d in defenses:
+            table.add_column(Text(d), justify="right", overflow="fold")
+        for a in attacks:
+            table.add_row(Text(a), *(_cell_text(summary.get((point, a, d))) for d in defenses))
+        tables.append(table)
+    return tables
+
+
+def matrix_table(
+    cells: Iterable[Cell], metric: str = "relative_drift", title: str | None = None, show_time: bool = False
+) -> Table:
+    """Rows attacks, columns defenses (first-seen order), "mean ± std" of the final metric over
+    seeds; several sweep points come stacked in one grid, one table per point."""
+    tables = matrix_tables(cells, metric, title, show_time)
+    if len(tables) == 1:
+        return tables[0]
+    grid = Table.grid(padding=(0, 0, 1, 0))
+    grid.add_column()
+    for t in tables:
+        grid.add_row(t)
+    if not tables:
+        grid.add_row(Text("no cells", style="dim"))
+    return grid
+
+
+def print_matrix(
+    cells: Iterable[Cell],
+    console: Console | None = None,
+    metric: str = "relative_drift",
+    title: str | None = None,
+    show_time: bool = False,
+) -> None:
+    console = _console(console)
+    tables = matrix_tables(cells, metric, title, show_time)
+    if not tables:
+        console.print(Text("no cells", style="dim"))
+    for t in tables:
+        console.print(t)
+
+
+def print_note(msg: str, console: Console | None = None) -> None:
+    """A dim informational line (where results went, what was validated)."""
+    _console(console).print(Text(str(msg), style="dim"), soft_wrap=True)
+
+
+def print_listing(listing: Mapping[str, Sequence[Mapping[str, str]]], console: Console | None = None) -> None:
+    """``robustfl list``: one table per kind (attacks, defenses, ...) of names and origins."""
+    console = _console(console)
+    for kind, rows in listing.items():
+        table = Table(title=kind, title_justify="left", header_style="bold")
+        table.add_column("name", style="cyan", no_wrap=True)
+        table.add_column("origin")
+        for r in rows:
+            origin = str(r.get("origin", ""))
+            style = "dim" if origin == "built-in" else ""
+            table.add_row(Text(str(r.get("name", ""))), Text(origin, style=style))
+        console.print(table)
+
+
+def print_error(msg: str, console: Console | None = None) -> None:
+    """``error: msg`` in red on stderr (or on ``console``)."""
+    console = console if console is not None else Console(stderr=True)
+    console.print(Text.assemble(("error: ", "bold red"), str(msg)), soft_wrap=True)
+
+
+def print_cell(cell: Cell, console: Console | None = None) -> None:
+    """A short summary of one run: who against whom, status, the final metrics."""
+    console = _console(console)
+    head = Text.assemble(
+        (cell.attack, "bold"), " vs ", (cell.defense, "bold"), f", seed {cell.seed}: ",
+        (cell.status, STATUS_STYLES.get(cell.status, "")),
+    )
+    if cell.outside_guarantee:
+        head.append(f" {report.DAGGER} outside the rule's guarantee", style="yellow")
+    if cell.sweep:
+        head.append(f"  [{report.sweep_label(cell.sweep)}]", style="dim")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="cyan")
+    grid.add_column(justify="right")
+    for k in METRIC_KEYS:
+        v = cell.final.get(k)
+        if v is not None:
+            grid.add_row(k, str(v) if isinstance(v, int) else report.format_value(float(v)))
+    grid.add_row("reference", cell.reference)
+    grid.add_row("elapsed", f"{cell.elapsed_s:.2f} s")
+    parts: list[RenderableType] = [head, grid]
+    if cell.error:
+        parts.append(Text.assemble(("error: ", "bold red"), cell.error))
+    console.print(Group(*parts))
+
+
+def print_report(
+    cells: Sequence[Cell],
+    format: str = "table",
+    *,
+    metric: str = "relative_drift",
+    output: str | None = None,
+    console: Console | None = None,
+    scenario: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> None:
+    """``robustfl report``: the table (rich) or csv/json/markdown/html text, to ``output`` or stdout."""
+    if format == "table":
+        if output is None:
+            print_matrix(cells, console, metric)
+            return
+        rec = Console(record=True, width=200, file=io.StringIO())
+        print_matrix(cells, rec, metric)
+        text = rec.export_text()
+    else:
+        text = report.render(cells, format, metric, scenario, provenance)
+    if output is None:
+        out = console.file if console is not None else sys.stdout
+        out.write(text)
+        out.flush()
+    else:
+        with open(output, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+
+
+class _EtaColumn(ProgressColumn):
+    """Time left from the throughput so far: elapsed / cells finished here x cells left."""
+
+    def render(self, task: Task) -> Text:
+        done, t0 = task.fields.get("done_here", 0), task.fields.get("t0")
+        if not done or t0 is None or task.total is None:
+            return Text("eta -:--", style="dim")
+        left = max(0.0, (time.monotonic() - t0) / done * (task.total - task.completed))
+        m, s = divmod(int(left + 0.5), 60)
+        h, m = divmod(m, 60)
+        return Text(f"eta {h}:{m:02d}:{s:02d}" if h else f"eta {m}:{s:02d}", style="cyan")
+
+
+class MatrixProgress:
+    """Progress of a matrix: cells done/total, running, failed, time left.
+
+    Use as a context manager; ``start(total, done=0)`` (``done``: cells already in the store),
+    then ``cell_started(label)`` and ``cell_finished(cell)`` as cells go. With ``quiet=True`` it
+    prints nothing but still counts (``done``, ``running``, ``failed``, ``diverged``).
+    """
+
+    def __init__(self, console: Console | None = None, quiet: bool = False, transient: bool = False) -> None:
+        self.quiet = quiet
+        self.total = self.done = self.running = self.failed = self.diverged = 0
+        self._done_here = 0
+        self._started = False
+        self._t0 = time.monotonic()
+        self._last = ""
+        self._task: TaskID | None = None
+        self._progress: Progress | None = None
+        if not quiet:
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("[bold]cells"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                _EtaColumn(),
+                TextColumn("{task.fields[last]}", style="dim", markup=False),
+                console=_console(console),
+                transient=transient,
+            )
+
+    def __enter__(self) -> MatrixProgress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._progress is not None:
+            self._refresh()
+            self._progress.stop()
+
+    def start(self, total: int, done: int = 0) -> None:
+        self.total, self.done = int(total), int(done)
+        self._t0 = time.monotonic()
+        if self._progress is not None:
+            self._task = self._progress.add_task(
+                "cells", total=self.total, completed=self.done, **self._fields()
+            )
+
+    def cell_started(self, label: str) -> None:
+        if not self._started:  # cells finished before the first start were resumed from the store:
+            self._started = True  # measure the throughput from here
+            self._t0, self._done_here = time.monotonic(), 0
+        self.running += 1
+        self._last = str(label)
+        self._refresh()
+
+    def cell_finished(self, cell: Cell) -> None:
+        self.running = max(0, self.running - 1)
+        self.done += 1
+        self._done_here += 1
+        self.failed += cell.status == "failed"
+        self.diverged += cell.status == "diverged"
+        self._last = f"{cell.attack} vs {cell.defense} seed {cell.seed}: {cell.status}"
+        self._refresh()
+
+    def _fields(self) -> dict[str, Any]:
+        status = f"running {self.running}"
+        if self.diverged:
+            status += f"  [red]diverged {self.diverged}[/]"
+        if self.failed:
+            status += f"  [magenta]failed {self.failed}[/]"
+        return {"status": status, "last": self._last, "done_here": self._done_here, "t0": self._t0}
+
+    def _refresh(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=self.done, **self._fields())

@@ -1,0 +1,56 @@
+"""Defenses (aggregation rules); pre-aggregators live in ``defenses/pre``. One file per rule.
+
+``names()`` lists built-ins and installed plugins; ``create(name, **params)`` builds one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import Registry
+
+_BUILTINS = {
+    "fedavg": "robustfl.defenses.fedavg:FedAvg",
+    "fltrust": "robustfl.defenses.fltrust:FLTrust",
+    "fedsim": "robustfl.defenses.fedsim:FedSim",
+    "krum": "robustfl.defenses.krum:Krum",
+    "multi_krum": "robustfl.defenses.multi_krum:MultiKrum",
+    "median": "robustfl.defenses.median:Median",
+    "trimmed_mean": "robustfl.defenses.trimmed_mean:TrimmedMean",
+    "bulyan": "robustfl.defenses.bulyan:Bulyan",
+    "geometric_median": "robustfl.defenses.geometric_median:GeometricMedian",
+    "centered_clipping": "robustfl.defenses.centered_clipping:CenteredClipping",
+    "foolsgold": "robustfl.defenses.foolsgold:FoolsGold",
+    "flame": "robustfl.defenses.flame:Flame",
+    "dnc": "robustfl.defenses.dnc:DnC",
+}
+
+PRE_BUILTINS = {
+    "clipping": "robustfl.defenses.pre.clipping:Clipping",
+    "arc": "robustfl.defenses.pre.arc:ARC",
+    "bucketing": "robustfl.defenses.pre.bucketing:Bucketing",
+    "nnm": "robustfl.defenses.pre.nnm:NNM",
+}
+
+registry = Registry("defense", "robustfl.defenses", _BUILTINS)
+pre_registry = Registry("pre-aggregator", "robustfl.pre_aggregators", PRE_BUILTINS)
+
+
+def names() -> list[str]:
+    return registry.names()
+
+
+def create(name: str, **params: Any) -> Any:
+    return registry.create(name, **params)
+
+
+def get(name: str) -> Any:
+    return registry.get(name)
+
+
+def origin(name: str) -> str:
+    return registry.origin(name)
+
+
+def register(name: str, target: Any, origin: str = "plugin") -> None:
+    registry.register(name, target, origin)

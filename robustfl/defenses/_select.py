@@ -1,0 +1,187 @@
+"""Private helpers shared by the rules: the :class:`Rule` base, Krum scoring and selection.
+
+Distances come from ONE Gram matrix (``_util.sq_distances``) in the input dtype. A Gram distance
+``|u_i|^2 + |u_j|^2 - 2<u_i, u_j>`` carries an absolute rounding error of about
+``eps (|u_i|^2 + |u_j|^2) sqrt(P)`` (measured: below ~0.5 sqrt(P) + 4 in those units; we allow
+``4 + 2 sqrt(P)``), which swamps the distance itself when the rows are close relative to their
+norms (a large common offset). :func:`select_lowest` therefore treats every Krum score as an
+interval; rows whose interval straddles the selection boundary are re-scored in float64 from
+direct differences (chunked over coordinates, never a (K, K, P) temporary) and ranked by
+(score, index). Rows with non-finite entries score +inf and rank after every finite row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import ParameterError
+from ..types import DefenseContext
+from ._util import sq_distances
+
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Distances:
+    """The rows, their (K, K) squared Gram distances (non-finite -> +inf), float64 squared norms."""
+
+    updates: Tensor
+    sq: Tensor
+    norms2: Tensor
+    bad: Tensor  # rows with a non-finite entry
+
+    @classmethod
+    def of(cls, updates: Tensor) -> Distances:
+        sq = sq_distances(updates)
+        sq = torch.where(torch.isfinite(sq), sq, torch.full_like(sq, math.inf))
+        norms = torch.linalg.vector_norm(updates, dim=1, dtype=torch.float64)
+        return cls(updates, sq, norms.square(), ~torch.isfinite(norms))
+
+    def exact(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """float64 squared distances rows x cols from direct differences; non-finite -> +inf."""
+        u = self.updates
+        out = torch.zeros(len(rows), len(cols), dtype=torch.float64, device=u.device)
+        for start in range(0, u.shape[1], _CHUNK):  # coordinate blocks: bounded memory
+            a = u[rows, start : start + _CHUNK].to(torch.float64)
+            b = u[cols, start : start + _CHUNK].to(torch.float64)
+            out += torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square()
+        return torch.where(torch.isfinite(out), out, torch.full_like(out, math.inf))
+
+
+def krum_neighbours(pool_size: int, f: int) -> int:
+    """Krum's neighbour count for a pool of n' rows: max(0, n' - f - 2)."""
+    return max(0, pool_size - f - 2)
+
+
+def _smallest_sum(d: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Sum of the n smallest off-diagonal entries of each row of square d, and their columns."""
+    d = d.clone()
+    d.fill_diagonal_(math.inf)
+    vals, idx = torch.topk(d, n, dim=1, largest=False, sorted=False)
+    return vals.sum(1), idx
+
+
+def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor, Tensor]:
+    """The m rows of ``pool`` with the lowest Krum score (n neighbours); ties to the lowest index.
+
+    Returns (selected indices into the rows, in ascending (score, index) order; float64 scores
+    of the pool rows, exact where they were re-scored).
+    """
+    m = max(0, min(m, len(pool)))
+    bad = dist.bad[pool]
+    if n == 0:  # every score is 0: order by (non-finite row, index)
+        scores = torch.zeros(len(pool), dtype=torch.float64, device=pool.device)
+    else:
+        approx, nbr = _smallest_sum(dist.sq[pool][:, pool], n)
+        scores = approx.to(torch.float64)
+        finite = torch.isfinite(scores)
+        ns = dist.norms2[pool]
+        tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
+        err = (tol * (ns[:, None] + ns[nbr])).sum(1)
+        idx = torch.nonzero(finite).flatten()
+        if 0 < m <= len(idx):
+            lo, hi = (scores - err)[idx], (scores + err)[idx]
+            may_precede = (lo[None, :] <= hi[:, None]).sum(1) - 1
+            surely_precede = (hi[None, :] < lo[:, None]).sum(1)
+            amb = idx[(may_precede >= m) & (surely_precede < m)]
+            need = m - int((may_precede < m).sum())  # slots left after the rows surely selected
+            if 0 < need < len(amb):  # the choice depends on rounding: re-score those rows exactly
+                exact = dist.exact(pool[amb], pool)
+                exact[torch.arange(len(amb), device=exact.device), amb] = math.inf  # not itself
+                scores[amb] = torch.topk(exact, n, dim=1, largest=False).values.sum(1)
+    key = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
+    order = torch.sort(key, stable=True).indices
+    order = order[torch.sort(bad[order].to(torch.uint8), stable=True).indices]
+    return pool[order[:m]], scores
+
+
+class Rule:
+    """Base of the robust rules: ``admits`` from ``min_clients``, a no-op ``reset``.
+
+    ``admits(K, f_hat)`` says whether K rows with f_hat assumed Byzantine are inside the rule's
+    guarantee (the runner refuses the cell otherwise unless --allow-outside-guarantee); a rule
+    still computes what it can outside it.
+    """
+
+    name: ClassVar[str] = ""
+
+    def min_clients(self, f_hat: int) -> int:
+        return 1
+
+    def admits(self, k: int, f_hat: int) -> bool:
+        return k >= self.min_clients(f_hat)
+
+    def reset(self) -> None:
+        return None
+
+
+def require_int(rule: str, name: str, value: object, minimum: int) -> None:
+    """ParameterError unless value is an int >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ParameterError(f"{rule}: parameter {name} must be an integer >= {minimum}, got {value!r}")
+
+
+def require_number(rule: str, name: str, value: object, *, strict: bool) -> None:
+    """ParameterError unless value is a finite real > 0 (strict) or >= 0."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (strict and value == 0)
+    ):
+        bound = "> 0" if strict else ">= 0"
+        raise ParameterError(f"{rule}: parameter {name} must be a finite number {bound}, got {value!r}")
+
+
+def f_hat(ctx: DefenseContext) -> int:
+    """The assumed number of Byzantine rows this round (never negative)."""
+    return max(0, int(ctx.assumed_byzantine))
+
+
+def mean_of_order_stats(updates: Tensor, lo: int, hi: int) -> Tensor:
+    """Per coordinate, the mean of the order statistics lo..hi (0-based, inclusive) over the rows.
+
+    NaN sorts above +inf (numpy and torch agree), so a NaN entry acts as the largest value. On CPU
+    (float32/float64) this uses ``numpy.partition`` (one partial selection pass; measured faster
+    than ``torch.sort`` for (50, 1e6) float32: ~0.95 s vs ~1.3 s on 2 cores); elsewhere
+    ``torch.sort`` along dim 0.
+    """
+    if updates.device.type == "cpu" and updates.dtype in (torch.float32, torch.float64):
+        part = np.partition(updates.detach().numpy(), sorted({lo, hi}), axis=0)
+        return torch.from_numpy(part[lo : hi + 1].mean(axis=0))
+    return torch.sort(updates, dim=0).values[lo : hi + 1].mean(0)
+
+
+def generator_for(ctx: DefenseContext) -> torch.Generator:
+    """The round's generator; a fresh one seeded 0 when the context has none (deterministic)."""
+    return ctx.generator if ctx.generator is not None else torch.Generator().manual_seed(0)
+
+
+def median_value(x: Tensor) -> float:
+    """Median of a 1-D tensor, the mean of the two middle values for even length (NaN as +inf)."""
+    s = torch.sort(torch.nan_to_num(x.to(torch.float64), nan=math.inf, posinf=math.inf)).values
+    n = len(s)
+    return float((s[(n - 1) // 2] + s[n // 2]) / 2)
+
+
+def gram64(rows: Tensor) -> Tensor:
+    """(K, K) Gram matrix in float64 (chunked over coordinates for narrower dtypes), symmetrised.
+
+    For cosine-based rules, whose decisions jump near cos = +-1: float32 products of float32
+    values are exact in float64, so collinear rows get cosine exactly +-1.
+    """
+    if rows.dtype == torch.float64:
+        g = rows @ rows.T
+    else:
+        g = torch.zeros(rows.shape[0], rows.shape[0], dtype=torch.float64, device=rows.device)
+        for start in range(0, rows.shape[1], _CHUNK):
+            block = rows[:, start : start + _CHUNK].to(torch.float64)
+            g += block @ block.T
+    return (g + g.T) / 2

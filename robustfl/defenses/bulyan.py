@@ -1,0 +1,59 @@
+"""Bulyan (El Mhamdi, Guerraoui, Rouault, ICML 2018).
+
+1. Selection: theta = K - 2f rows by repeated Krum on the shrinking pool -- a pool of n' rows
+   scores each row by the sum of squared distances to its max(0, n' - f - 2) nearest others in the
+   pool (so the last picks, with 0 neighbours, fall to the lowest original index); the pick leaves
+   the pool. All distances come from one Gram matrix.
+2. Aggregation: per coordinate j, with m_j the median of the theta selected values, average the
+   beta = theta - 2f selected values closest to m_j (ties: lower original index).
+
+Guarantee: K >= 4f + 3 (``min_clients``). It computes for K >= 4f + 1 (beta >= 1); below that
+there is nothing to average: InputError. Weights: None (coordinate-wise second stage).
+Not declared permutation-invariant: at f = 1 the last pick is made with 0 neighbours, among 3
+rows that all score 0, so it goes to the lowest index (as specified); for f = 0 and f >= 2 every
+pick has neighbours and the result is permutation-invariant up to exact score ties (tested).
+Stats: ``num_selected`` (theta), ``beta``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from ..types import Aggregate, DefenseContext
+from ._select import Distances, Rule, f_hat, krum_neighbours, mean_of_order_stats, select_lowest
+from ._util import check_updates
+
+
+@dataclass
+class Bulyan(Rule):
+    name: ClassVar[str] = "bulyan"
+    properties: ClassVar[frozenset[str]] = frozenset(
+        {"translation_equivariant", "scale_equivariant", "coordinate_bounded"}
+    )
+
+    def min_clients(self, f_hat: int) -> int:
+        return 4 * f_hat + 3
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+        check_updates(updates, self.name)
+        k, f = updates.shape[0], f_hat(ctx)
+        theta, beta = k - 2 * f, k - 4 * f
+        if beta < 1:
+            raise InputError(f"bulyan: needs K >= 4 f_hat + 1 rows, got K = {k}, f_hat = {f}")
+        dist = Distances.of(updates)
+        pool = torch.arange(k, device=updates.device)
+        picks = []
+        for _ in range(theta):  # repeated Krum on the shrinking pool, one distance matrix
+            sel, _ = select_lowest(dist, pool, krum_neighbours(len(pool), f), 1)
+            picks.append(sel)
+            pool = pool[pool != sel[0]]
+        chosen = updates[torch.sort(torch.cat(picks)).values]  # original index order
+        med = mean_of_order_stats(chosen, (theta - 1) // 2, theta // 2)
+        closest = torch.sort((chosen - med).abs(), dim=0, stable=True).indices[:beta]
+        vector = torch.gather(chosen, 0, closest).mean(0)
+        return Aggregate(vector, None, {"num_selected": float(theta), "beta": float(beta)})

@@ -1,0 +1,142 @@
+"""Composition of pre-aggregators with a final rule, and building a defense from a scenario spec.
+
+``compose(*pre, then=rule)`` runs each pre-aggregator in turn (each maps (updates, ctx) to new
+rows and a new context), then the rule, and pulls the rule's weights back through the linear
+stages to the original rows (None as soon as one stage is not linear). Its ``label`` is
+``"+".join(pre names + [rule name])`` (e.g. ``nnm+krum``). ``admits(K, f)`` and
+``min_clients(f)`` are the final rule's on the transformed counts (K', f') -- e.g. bucketing of
+size s gives K' = ceil(K/s), f' = min(f, K'); ``min_clients(f)`` is the smallest K admitted
+(searched assuming admission is monotone in K, as for every built-in). ``properties`` are the
+rule's that every pre-aggregator preserves; ``reset()`` resets every part.
+
+``build_defense(spec)`` takes a scenario's defense entry -- a name, or a table
+``{"name": ..., "pre": [name or {"name": ..., params}], "label": ..., other params}`` -- and
+returns ``(label, defense)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..types import Aggregate, Defense, DefenseContext
+from . import create, pre_registry
+from ._util import check_updates
+
+_MAX_CLIENTS = 1 << 40
+
+
+def rule_name(rule: Any) -> str:
+    return str(getattr(rule, "label", None) or getattr(rule, "name", None) or type(rule).__name__.lower())
+
+
+def admits(rule: Any, k: int, f_hat: int) -> bool:
+    """Whether K rows with f-hat Byzantine are inside ``rule``'s guarantee (True if it has none)."""
+    if hasattr(rule, "admits"):
+        return bool(rule.admits(k, f_hat))
+    if hasattr(rule, "min_clients"):
+        return k >= int(rule.min_clients(f_hat))
+    return True
+
+
+@dataclass
+class Composed:
+    pre: tuple[Any, ...]
+    rule: Defense
+    label: str
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    @property
+    def properties(self) -> frozenset[str]:
+        props = frozenset(getattr(self.rule, "properties", frozenset()))
+        for p in self.pre:
+            props &= frozenset(getattr(p, "preserves", frozenset()))
+        return props
+
+    def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]:
+        for p in self.pre:
+            k, f_hat = p.transform_counts(k, f_hat)
+        return k, f_hat
+
+    def admits(self, k: int, f_hat: int) -> bool:
+        return admits(self.rule, *self.transform_counts(k, f_hat))
+
+    def min_clients(self, f_hat: int) -> int:
+        """Smallest K admitted (exponential then binary search; admission monotone in K)."""
+        hi = 1
+        while not self.admits(hi, f_hat):
+            hi *= 2
+            if hi > _MAX_CLIENTS:
+                raise ConfigError(f"{self.label}: no number of clients admits f_hat = {f_hat}")
+        lo = hi // 2  # not admitted (or 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self.admits(mid, f_hat) else (mid, hi)
+        return hi
+
+    def reset(self) -> None:
+        for part in (*self.pre, self.rule):
+            if hasattr(part, "reset"):
+                part.reset()
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+        check_updates(updates, self.label)
+        pullbacks = []
+        for p in self.pre:
+            updates, ctx, pull = p(updates, ctx)
+            pullbacks.append(pull)
+        agg = self.rule(updates, ctx)
+        weights = agg.weights
+        for pull in reversed(pullbacks):
+            weights = None if weights is None or pull is None else pull(weights)
+        return Aggregate(agg.vector, weights, dict(agg.stats))
+
+
+def compose(*pre: Any, then: Defense, label: str | None = None) -> Composed:
+    """``pre`` pre-aggregators (applied left to right), then the rule ``then``."""
+    names = [str(getattr(p, "name", type(p).__name__.lower())) for p in pre]
+    return Composed(tuple(pre), then, label or "+".join([*names, rule_name(then)]))
+
+
+def _pre_from(item: Any) -> Any:
+    if isinstance(item, str):
+        return pre_registry.create(item)
+    if isinstance(item, Mapping):
+        params = dict(item)
+        name = params.pop("name", None)
+        if not isinstance(name, str):
+            raise ConfigError(f"defense.pre: each entry needs a string 'name', got {item!r}")
+        return pre_registry.create(name, **params)
+    raise ConfigError(f"defense.pre: entries must be a name or a table with 'name', got {item!r}")
+
+
+def build_defense(spec: str | Mapping[str, Any]) -> tuple[str, Any]:
+    """A scenario's defense entry -> (label, defense). See the module docstring for the format."""
+    if isinstance(spec, str):
+        return spec, create(spec)
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"defense: expected a name or a table with 'name', got {spec!r}")
+    params = dict(spec)
+    name = params.pop("name", None)
+    if not isinstance(name, str):
+        raise ConfigError(f"defense: a table needs a string 'name', got {spec!r}")
+    label = params.pop("label", None)
+    if label is not None and not isinstance(label, str):
+        raise ConfigError(f"defense.label: expected a string, got {label!r}")
+    pre = params.pop("pre", [])
+    if isinstance(pre, str | Mapping) or not isinstance(pre, Sequence):
+        raise ConfigError(f"defense.pre: expected a list, got {pre!r}")
+    rule = create(name, **params)
+    if not pre:
+        return label or name, rule
+    parts = [_pre_from(p) for p in pre]
+    names = [p if isinstance(p, str) else str(p["name"]) for p in pre]
+    composed = compose(*parts, then=rule, label=label or "+".join([*names, name]))
+    return composed.label, composed

@@ -1,0 +1,74 @@
+"""Divide-and-Conquer (Shejwalkar & Houmansadr, "Manipulating the Byzantine", NDSS 2021, Alg. 2).
+
+For each of ``iterations`` (default 5) rounds of the filter:
+1. ``r``: b = min(``subsample``, P) coordinates drawn without replacement --
+   ``torch.randperm(P, generator=ctx.generator)[:b]``, sorted (one draw per iteration, in order);
+2. ``R = U[:, r]`` (float64), centred: ``C = R - mean_k R``;
+3. ``v`` = top right singular vector of C (``torch.linalg.svd``); outlier scores ``s_k = <C_k, v>^2``;
+4. keep the K - floor(c f) rows with the smallest scores (ties: lower index), f = f-hat,
+   ``c`` default 1.0; at least one row is kept.
+The good set is the intersection over the iterations; the output is its mean (weights 1/|good|),
+or the zero update with zero weights if the intersection is empty.
+Rows with non-finite entries are removed before the filter (weight 0). Without a generator in
+the context a fresh one seeded 0 is used.
+Guarantee: the paper evaluates honest majorities; ``min_clients`` = 2f + 1.
+Stats: ``num_kept``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ..types import Aggregate, DefenseContext
+from ._select import Rule, f_hat, generator_for, require_int, require_number
+from ._util import check_updates, row_norms
+
+
+@dataclass
+class DnC(Rule):
+    iterations: int = 5
+    subsample: int = 10_000
+    c: float = 1.0
+    name: ClassVar[str] = "dnc"
+    properties: ClassVar[frozenset[str]] = frozenset(
+        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
+         "coordinate_bounded"}
+    )
+
+    def __post_init__(self) -> None:
+        require_int(self.name, "iterations", self.iterations, 1)
+        require_int(self.name, "subsample", self.subsample, 1)
+        require_number(self.name, "c", self.c, strict=False)
+
+    def min_clients(self, f_hat: int) -> int:
+        return 2 * f_hat + 1
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+        check_updates(updates, self.name)
+        k, p = updates.shape
+        ok = torch.nonzero(torch.isfinite(row_norms(updates))).flatten()
+        rows, n = updates[ok], len(ok)
+        keep_n = max(1, n - math.floor(self.c * f_hat(ctx) + 1e-9))
+        good = torch.ones(n, dtype=torch.bool, device=updates.device)
+        g = generator_for(ctx)
+        for _ in range(self.iterations if n else 0):
+            r = torch.sort(torch.randperm(p, generator=g, device=g.device)[: self.subsample]).values
+            sub = rows[:, r.to(updates.device)].to(torch.float64)
+            centred = sub - sub.mean(0)
+            top = torch.linalg.svd(centred, full_matrices=False).Vh[0]
+            scores = (centred @ top).square()
+            keep = torch.zeros_like(good)
+            keep[torch.sort(scores, stable=True).indices[:keep_n]] = True
+            good &= keep
+        kept = ok[good]
+        weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
+        vector = torch.zeros(p, dtype=updates.dtype, device=updates.device)
+        if len(kept):
+            weights[kept] = 1.0 / len(kept)
+            vector = updates[kept].mean(0)
+        return Aggregate(vector, weights, {"num_kept": float(len(kept))})

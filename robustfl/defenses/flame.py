@@ -1,0 +1,90 @@
+"""FLAME (Nguyen et al., "FLAME: Taming Backdoors in Federated Learning", USENIX Security 2022).
+
+1. Cosine distances ``c_ij = 1 - cos(u_i, u_j)`` between the rows (a zero row has distance 1 to
+   every other), clustered by scikit-learn's HDBSCAN (``metric="precomputed"``,
+   ``min_cluster_size = K//2 + 1`` (at least 2), ``min_samples = 1``, ``allow_single_cluster =
+   True``, as FLAME's deployment of HDBSCAN). The largest cluster is kept (ties: smallest label);
+   the rest are outliers. If HDBSCAN finds no cluster every row is kept (stat ``no_cluster = 1``).
+   We cluster the updates; the paper clusters the local models ``w + u_k``, whose cosines are all
+   close to 1 once w dominates.
+2. Adaptive clipping: ``S`` = median of ``||u_k||`` over all rows; each kept row is scaled by
+   ``min(1, S / ||u_k||)``.
+3. Output: the mean of the clipped kept rows, plus ``N(0, (noise * S)^2)`` per coordinate from
+   ``ctx.generator`` when ``noise`` (the paper's lambda) > 0; default 0 (no noise).
+
+Rows with non-finite entries are outliers. Weights: 1/L on the L kept rows (shares of the
+clipped rows). Guarantee: an honest majority, ``min_clients`` = 2f + 1.
+Stats: ``num_kept``, ``median_norm``, ``no_cluster``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from sklearn.cluster import HDBSCAN
+from torch import Tensor
+
+from ..types import Aggregate, DefenseContext
+from ._select import Rule, generator_for, gram64, median_value, require_number
+from ._util import check_updates, row_norms
+
+
+def majority_cluster(dist: np.ndarray) -> np.ndarray | None:
+    """Boolean mask of the largest HDBSCAN cluster on a precomputed distance matrix, or None."""
+    n = len(dist)
+    if n <= 1:
+        return np.ones(n, dtype=bool)
+    hdb = HDBSCAN(min_cluster_size=max(2, n // 2 + 1), min_samples=1, metric="precomputed",
+                  allow_single_cluster=True, copy=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        labels = hdb.fit_predict(dist)
+    found = labels[labels >= 0]
+    if found.size == 0:
+        return None
+    counts = np.bincount(found)
+    return labels == int(np.argmax(counts))
+
+
+@dataclass
+class Flame(Rule):
+    noise: float = 0.0
+    name: ClassVar[str] = "flame"
+    properties: ClassVar[frozenset[str]] = frozenset({"permutation_invariant", "scale_equivariant"})
+
+    def __post_init__(self) -> None:
+        require_number(self.name, "noise", self.noise, strict=False)
+
+    def min_clients(self, f_hat: int) -> int:
+        return 2 * f_hat + 1
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+        check_updates(updates, self.name)
+        k, p = updates.shape
+        norms = row_norms(updates)
+        ok = torch.nonzero(torch.isfinite(norms)).flatten()
+        rows, n = updates[ok], norms[ok]
+        cos = gram64(rows) / (n[:, None] * n[None, :])
+        cos = torch.nan_to_num(cos, nan=0.0, posinf=0.0, neginf=0.0)  # a zero row: distance 1
+        dist = (1 - cos).clamp(0.0, 2.0).fill_diagonal_(0.0)
+        mask = majority_cluster(dist.cpu().numpy())
+        no_cluster = mask is None
+        kept = ok if mask is None else ok[torch.from_numpy(mask).to(ok.device)]
+        median = median_value(norms[ok]) if len(ok) else 0.0
+        weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
+        vector = torch.zeros(p, dtype=updates.dtype, device=updates.device)
+        if len(kept):
+            nk = norms[kept]
+            scale = torch.where(nk > median, median / nk, torch.ones_like(nk)) / len(kept)
+            vector = scale.to(updates.dtype) @ updates[kept]
+            weights[kept] = 1.0 / len(kept)
+        if self.noise > 0:
+            g = generator_for(ctx)
+            draw = torch.randn(p, generator=g, dtype=updates.dtype, device=g.device).to(updates.device)
+            vector = vector + (self.noise * median) * draw
+        stats = {"num_kept": float(len(kept)), "median_norm": median, "no_cluster": float(no_cluster)}
+        return Aggregate(vector, weights, stats)

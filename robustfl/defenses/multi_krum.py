@@ -1,0 +1,52 @@
+"""Multi-Krum (Blanchard et al., NeurIPS 2017).
+
+With Krum's scores ``s_i`` (sum of squared distances to the max(0, K - f - 2) nearest other
+rows), average the m rows with the lowest scores (ties: lower index first); m = ``selected``,
+default K - f (at least 1, at most K). Weights are 1/m on the selected rows.
+
+Guarantee as Krum's: K >= 2f + 3 (``min_clients``). Near-tied scores at the selection boundary
+are re-scored in float64 (``_select.select_lowest``).
+Stats: ``num_selected``; ``score_gap`` (relative gap between the two lowest scores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ..types import Aggregate, DefenseContext
+from ._select import Distances, Rule, f_hat, krum_neighbours, require_int, select_lowest
+from ._util import check_updates
+from .krum import score_gap
+
+
+@dataclass
+class MultiKrum(Rule):
+    selected: int | None = None
+    name: ClassVar[str] = "multi_krum"
+    properties: ClassVar[frozenset[str]] = frozenset(
+        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
+         "coordinate_bounded"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.selected is not None:
+            require_int(self.name, "selected", self.selected, 1)
+
+    def min_clients(self, f_hat: int) -> int:
+        return 2 * f_hat + 3
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+        check_updates(updates, self.name)
+        k, f = updates.shape[0], f_hat(ctx)
+        m = min(k, self.selected if self.selected is not None else max(1, k - f))
+        dist = Distances.of(updates)
+        pool = torch.arange(k, device=updates.device)
+        sel, scores = select_lowest(dist, pool, krum_neighbours(k, f), m)
+        weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
+        weights[sel] = 1.0 / m
+        vector = updates[torch.sort(sel).values].mean(0)
+        return Aggregate(vector, weights, {"num_selected": float(m), "score_gap": score_gap(scores)})

@@ -1,0 +1,66 @@
+"""Pre-aggregators: maps applied to the rows before an aggregation rule (``compose``).
+
+A pre-aggregator is called as ``pre(updates, ctx) -> (new_updates, new_ctx, pullback)``:
+``new_updates`` (K', P) are what the next stage sees, ``new_ctx`` carries f-hat' (and per-row
+fields) for them, and ``pullback`` maps the next stage's weights (K',) to weights over the K input
+rows -- None when the map is not linear in the rows. ``transform_counts(K, f) -> (K', f')`` says
+how the row count and f-hat change without running it (used by ``admits``/``min_clients`` of a
+composition). ``preserves`` names the rule properties (see ``robustfl.testing.defenses``) that
+survive the map; ``reset()`` forgets any state.
+
+Built-ins: ``clipping`` (static norm clip), ``arc`` (adaptive robust clipping), ``bucketing``
+(random buckets averaged), ``nnm`` (nearest-neighbour mixing). Plugins register under the
+entry-point group ``robustfl.pre_aggregators``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from ...types import DefenseContext
+
+Pullback = Callable[[Tensor], Tensor]
+
+
+@runtime_checkable
+class PreAggregator(Protocol):
+    name: str
+
+    def __call__(
+        self, updates: Tensor, ctx: DefenseContext
+    ) -> tuple[Tensor, DefenseContext, Pullback | None]: ...
+
+    def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]: ...
+
+
+class Pre:
+    """Base of the built-in pre-aggregators: counts unchanged, stateless."""
+
+    name: ClassVar[str] = ""
+    preserves: ClassVar[frozenset[str]] = frozenset()
+
+    def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]:
+        return k, f_hat
+
+    def reset(self) -> None:
+        return None
+
+
+def identity(weights: Tensor) -> Tensor:
+    """Pullback of a row-wise map (rows stay one per client): weights are shares of the new rows."""
+    return weights
+
+
+def names() -> list[str]:
+    from .. import pre_registry
+
+    return pre_registry.names()
+
+
+def create(name: str, **params: Any) -> Any:
+    from .. import pre_registry
+
+    return pre_registry.create(name, **params)

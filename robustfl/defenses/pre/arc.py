@@ -1,0 +1,43 @@
+"""Adaptive robust clipping, ARC (Allouah, Guerraoui, Gupta, Jellouli, Rizk, Stephan, ICLR 2025).
+
+With k = floor(2 (f/K) (K - f)) (f = f-hat), the k rows of largest norm are scaled down to the
+norm of the (k+1)-th largest; the others are untouched (k = 0: nothing changes). The threshold
+scales with the rows, so ARC keeps a rule's scale equivariance. Rows keep their client: the next
+stage's weights carry over unchanged (shares of the clipped rows). Rows with non-finite entries
+count as the largest and are left untouched. K and f-hat are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ...types import DefenseContext
+from .._select import f_hat
+from .._util import check_updates, row_norms
+from . import Pre, Pullback, identity
+from .clipping import clip_rows
+
+
+def arc_count(k: int, f: int) -> int:
+    """floor(2 (f/K) (K - f)), computed exactly in integers, never negative."""
+    return max(0, 2 * f * (k - f) // k) if k else 0
+
+
+@dataclass
+class ARC(Pre):
+    name: ClassVar[str] = "arc"
+    preserves: ClassVar[frozenset[str]] = frozenset({"permutation_invariant", "scale_equivariant"})
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, Pullback]:
+        check_updates(updates, self.name)
+        k = updates.shape[0]
+        n = arc_count(k, f_hat(ctx))
+        if n == 0:
+            return updates, ctx, identity
+        norms = row_norms(updates)
+        ranked = torch.sort(torch.nan_to_num(norms, nan=float("inf")), descending=True).values
+        return clip_rows(updates, norms, ranked[n]), ctx, identity

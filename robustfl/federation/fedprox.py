@@ -1,0 +1,23 @@
+"""FedProx (Li et al., MLSys 2020): local objective F_k(theta) + (mu/2) ||theta - w||^2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..errors import ParameterError
+from .base import Algorithm
+
+
+@dataclass
+class FedProx(Algorithm):
+    mu: float = 0.01
+    name = "fedprox"
+
+    def __post_init__(self) -> None:
+        if not self.mu >= 0:
+            raise ParameterError(f"algorithm fedprox: parameter mu must be >= 0, got {self.mu!r}")
+
+    def extra_grad(self, theta: Tensor, w_start: Tensor, ids: Tensor) -> Tensor | None:
+        return self.mu * (theta - w_start) if self.mu else None

@@ -1,0 +1,1 @@
+"""Engine, runner, metrics, matrix, executors and the results store."""

@@ -1,0 +1,80 @@
+"""Vectorised local training: every participant's local SGD in one batched computation.
+
+``local_train`` runs ``steps`` SGD steps for all S clients at once with
+``torch.func.vmap(torch.func.grad(loss))`` over the client dimension. Clients hold different
+numbers of samples: their data are padded to a common length and a mask marks the real
+samples. Minibatches follow per-client epochs: each client draws a fresh permutation of its own
+samples at the start of each of its epochs (``ceil(n_k / B)`` steps), so a client with 50 samples
+at batch 10 sees every sample once in 5 steps; the last batch of an epoch may be smaller.
+``batch_size = 0`` (or >= the client's size) is full-batch gradient descent.
+There is no Python loop over clients: only over local steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.func import grad, vmap
+
+from ..tasks.base import LossFn
+
+ExtraGrad = Callable[[Tensor], Tensor | None]
+
+
+def gather_clients(data: tuple[Tensor, ...], ids: Tensor) -> tuple[Tensor, ...]:
+    return tuple(t.index_select(0, ids) for t in data)
+
+
+def local_train(
+    loss: LossFn,
+    start: Tensor,
+    data: tuple[Tensor, ...],
+    mask: Tensor,
+    *,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    generator: torch.Generator,
+    extra_grad: ExtraGrad | None = None,
+) -> Tensor:
+    """Train S clients from ``start`` (S, P); ``data`` tensors are (S, n_max, ...), ``mask`` (S, n_max).
+
+    Returns the trained models (S, P). ``extra_grad(theta)`` adds the algorithm's term
+    (FedProx's proximal pull, FedDyn's linear and quadratic terms) to each step's gradient.
+    """
+    per_client_grad = vmap(grad(loss))
+    theta = start.clone()
+    s_count, n_max = mask.shape
+    counts = mask.sum(1)
+    full = batch_size <= 0 or batch_size >= int(counts.max()) if s_count else True
+    if full:
+        for _ in range(steps):
+            g = per_client_grad(theta, data, mask)
+            extra = extra_grad(theta) if extra_grad is not None else None
+            if extra is not None:
+                g = g + extra
+            theta = theta - lr * g
+        return theta
+
+    bsz = batch_size
+    batches_per_epoch = torch.clamp((counts + bsz - 1) // bsz, min=1)
+    rows = torch.arange(s_count, device=mask.device)[:, None]
+    offsets = torch.arange(bsz, device=mask.device)[None, :]
+    perm = torch.zeros(s_count, n_max, dtype=torch.long, device=mask.device)
+    for step in range(steps):
+        b = step % batches_per_epoch  # (S,) which batch of its epoch each client is on
+        keys = torch.rand(s_count, n_max, generator=generator, dtype=torch.float64).to(mask.device)
+        keys = torch.where(mask, keys, torch.full_like(keys, 2.0))  # padding sorts last
+        perm = torch.where((b == 0)[:, None], torch.argsort(keys, dim=1), perm)
+        pos = b[:, None] * bsz + offsets  # (S, B)
+        bmask = pos < counts[:, None]
+        idx = perm.gather(1, pos.clamp(max=n_max - 1))
+        batch = tuple(t[rows, idx] for t in data)
+        g = per_client_grad(theta, batch, bmask)
+        extra = extra_grad(theta) if extra_grad is not None else None
+        if extra is not None:
+            g = g + extra
+        theta = theta - lr * g
+    return theta

@@ -1,0 +1,118 @@
+"""Heterogeneous client quadratics with a closed-form optimum.
+
+Client k's loss is ``F_k(w) = 1/2 (w - c_k)^T A_k (w - c_k)`` and ``F(w) = mean_k F_k(w)`` (every
+client holds one "sample", so the sample-weighted mean is the plain mean). The optimum is
+``w* = (sum_k A_k)^-1 sum_k A_k c_k``.
+
+Each ``A_k`` is symmetric positive definite with eigenvalues ``cond^-u``, ``u ~ U[0, 1]`` i.i.d.
+(so they lie in [1/cond, 1]), and a rotation of its own (Haar-random, from the QR of a Gaussian
+matrix) -- so the A_k differ in spectrum and eigenvectors and FedAvg with several local steps is
+biased, the case FedDyn fixes. ``c_k = m + spread * z_k`` with a shared centre ``m ~ N(0, I)``
+and ``z_k ~ N(0, I)``: ``spread`` sets the heterogeneity. With ``diagonal = true`` every A_k is
+diagonal (the same eigenvalue law, stored as a (d,) vector), which keeps memory at O(K d) for
+very large ``dim``.
+
+Data layout: ``client_data = (A, c)`` with A ``(K, 1, d, d)`` (``(K, 1, d)`` when diagonal) and c
+``(K, 1, d)``; mask all True; ``num_samples`` all 1. The root set is ``root_size`` further
+quadratics drawn from the same law (its loss is their mean). float64. No labels: only the iid
+partition applies and ``root_bias`` must be 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..types import TaskInfo
+from ._data import (
+    check_bool,
+    check_common,
+    check_float,
+    check_int,
+    masked_mean,
+    require_regression_defaults,
+    weighted_objective,
+)
+from .base import Partition, Problem, Task
+
+
+@dataclass
+class Quadratic(Task):
+    """``dim`` = 10, ``cond`` = 10 (eigenvalues in [1/cond, 1]), ``spread`` = 1.0, ``diagonal`` = false."""
+
+    dim: int = 10
+    cond: float = 10.0
+    spread: float = 1.0
+    diagonal: bool = False
+
+    name = "quadratic"
+
+    def __post_init__(self) -> None:
+        c = "task quadratic"
+        self.dim = check_int(c, "dim", self.dim, 1)
+        self.cond = check_float(c, "cond", self.cond, low=1.0)
+        self.spread = check_float(c, "spread", self.spread, low=0.0)
+        self.diagonal = check_bool(c, "diagonal", self.diagonal)
+
+    def _draw(self, count: int, centre: Tensor, g: torch.Generator) -> tuple[Tensor, Tensor]:
+        d = self.dim
+        eig = self.cond ** -torch.rand(count, d, generator=g, dtype=torch.float64)
+        if self.diagonal:
+            a = eig
+        else:
+            q, r = torch.linalg.qr(torch.randn(count, d, d, generator=g, dtype=torch.float64))
+            q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # Haar measure
+            a = (q * eig.unsqueeze(-2)) @ q.transpose(-2, -1)
+            a = 0.5 * (a + a.transpose(-2, -1))
+        c = centre + self.spread * torch.randn(count, d, generator=g, dtype=torch.float64)
+        return a, c
+
+    def build(
+        self,
+        *,
+        clients: int,
+        partition: Partition,
+        root_size: int,
+        root_bias: float,
+        generator: torch.Generator,
+        base_dir: str | None = None,
+    ) -> Problem:
+        check_common(clients, root_size, root_bias)
+        require_regression_defaults(self.name, partition, root_bias)
+        d, diagonal = self.dim, self.diagonal
+        centre = torch.randn(d, generator=generator, dtype=torch.float64)
+        a, c = self._draw(clients, centre, generator)
+
+        def loss(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
+            a_, c_ = batch
+            r = w - c_
+            per = 0.5 * ((a_ * r * r).sum(-1) if diagonal else torch.einsum("ni,nij,nj->n", r, a_, r))
+            return masked_mean(per, mask)
+
+        if diagonal:
+            optimum = (a * c).sum(0) / a.sum(0)
+        else:
+            optimum = torch.linalg.solve(a.sum(0), torch.einsum("kij,kj->i", a, c))
+        data = (a.unsqueeze(1), c.unsqueeze(1))
+        mask = torch.ones(clients, 1, dtype=torch.bool)
+        counts = torch.ones(clients, dtype=torch.long)
+        root_data = root_mask = None
+        if root_size > 0:
+            root_data = self._draw(root_size, centre, generator)
+            root_mask = torch.ones(root_size, dtype=torch.bool)
+        return Problem(
+            info=TaskInfo(name=self.name, num_classes=None, input_shape=(d,), is_image=False),
+            dim=d,
+            dtype=torch.float64,
+            loss=loss,
+            client_data=data,
+            client_mask=mask,
+            num_samples=counts,
+            objective=weighted_objective(loss, data, mask, counts),
+            optimum=optimum,
+            root_data=root_data,
+            root_mask=root_mask,
+            extras={"centre": centre},
+        )

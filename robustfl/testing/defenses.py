@@ -1,0 +1,202 @@
+"""The shared property suite for aggregation rules (built-ins, compositions and plugins).
+
+``check_defense(defense, k=..., p=..., seed=...)`` runs, on one seeded (K, P) input, the universal
+checks every rule must pass, plus a check for each property the rule declares in its
+``properties`` attribute (a set of names from :data:`PROPERTIES`). It raises AssertionError with
+a message naming the failed check, and returns the names of the checks it ran.
+
+Universal checks: the output is a (P,) tensor in the input's dtype and device; the inputs (rows
+and context tensors) are not modified; two runs with equal generators (after ``reset()``) agree
+bit for bit; ``weights``, when not None, are (K,), finite, >= 0 and sum to 1 or are all 0;
+``stats`` maps strings to real numbers; ``reset()`` undoes the state a run leaves behind.
+
+Declared properties are promised inside the rule's regime: they are checked only when the rule
+admits (K, f) (``admits(K, f)``, else ``K >= min_clients(f)``, else always), from a fresh state
+(``reset()`` before each run); ``A`` is the rule,
+``U`` the rows, the context's ``reference`` (a server update) transformed with the rows:
+- ``permutation_invariant``: ``A(U[pi]) = A(U)`` and weights permute with the rows (client ids and
+  sample counts permuted too);
+- ``translation_equivariant``: ``A(U + 1 t^T) = A(U) + t``;
+- ``scale_equivariant``: ``A(cU) = c A(U)`` for c > 0 (weights unchanged);
+- ``scale_invariant_rows``: ``A(diag(c) U) = A(U)`` for per-row c > 0;
+- ``convex_combination``: weights given and ``A(U) = weights^T U`` (all-zero weights: the zero
+  update);
+- ``coordinate_bounded``: each output coordinate lies in ``[min_k u_kj, max_k u_kj]`` (except the
+  zero update with all-zero weights, a rule abstaining).
+Comparisons use ``|x - y| <= rtol * max|inputs|`` (rtol default 1e-6 in float64, 1e-3 below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..types import Aggregate, DefenseContext
+from .strategies import gaussian_rows
+
+PROPERTIES = frozenset(
+    {
+        "permutation_invariant",
+        "scale_invariant_rows",
+        "translation_equivariant",
+        "scale_equivariant",
+        "convex_combination",
+        "coordinate_bounded",
+    }
+)
+
+
+def make_context(
+    k: int, p: int, *, f: int = 0, seed: int = 0, scale: float = 1.0, dtype: torch.dtype = torch.float64,
+    device: str | torch.device = "cpu",
+) -> DefenseContext:
+    """A full DefenseContext for K rows of width P, every field from ``seed`` (generator included)."""
+    g = torch.Generator().manual_seed(seed + 7919)
+    model = (torch.randn(p, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
+    ref = (torch.randn(p, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
+    return DefenseContext(
+        round=0,
+        global_model=model,
+        assumed_byzantine=f,
+        client_ids=torch.arange(k, device=device),
+        num_samples=torch.randint(1, 100, (k,), generator=g).to(device),
+        reference=ref,
+        coordinates=None,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def _fresh(ctx: DefenseContext, seed: int, **changes: Any) -> DefenseContext:
+    return dataclasses.replace(ctx, generator=torch.Generator().manual_seed(seed), **changes)
+
+
+def _close(x: Tensor, y: Tensor, tol: float, what: str) -> None:
+    diff = float((x.to(torch.float64) - y.to(torch.float64)).abs().max()) if x.numel() else 0.0
+    assert diff <= tol, f"{what}: max difference {diff:.3e} exceeds {tol:.3e}"
+
+
+def _admitted(defense: Any, k: int, f: int) -> bool:
+    if hasattr(defense, "admits"):
+        return bool(defense.admits(k, f))
+    if hasattr(defense, "min_clients"):
+        return k >= int(defense.min_clients(f))
+    return True
+
+
+def _clones(ctx: DefenseContext) -> dict[str, Tensor]:
+    return {f.name: v.clone() for f in dataclasses.fields(ctx) if isinstance(v := getattr(ctx, f.name), Tensor)}
+
+
+def check_defense(
+    defense: Any,
+    *,
+    k: int = 10,
+    p: int = 8,
+    seed: int = 0,
+    f: int | None = None,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device = "cpu",
+    updates: Tensor | None = None,
+    rtol: float | None = None,
+) -> list[str]:
+    """Run the universal checks and those of the declared properties; returns the checks run.
+
+    ``f`` defaults to max(0, (K - 3) // 4) (inside Bulyan's 4f + 3). ``updates`` overrides the
+    seeded Gaussian rows (K, P are then taken from it).
+    """
+    u = updates if updates is not None else gaussian_rows(k, p, seed=seed, scale=scale, dtype=dtype)
+    u = u.to(device)
+    k, p = u.shape
+    f = max(0, (k - 3) // 4) if f is None else f
+    ctx = make_context(k, p, f=f, seed=seed, scale=scale, dtype=u.dtype, device=u.device)
+    rtol = rtol if rtol is not None else (1e-6 if u.dtype == torch.float64 else 1e-3)
+    props = frozenset(getattr(defense, "properties", frozenset()))
+    unknown = props - PROPERTIES
+    assert not unknown, f"unknown properties declared: {sorted(unknown)}"
+    reset: Callable[[], None] = getattr(defense, "reset", lambda: None)
+
+    def run(rows: Tensor, c: DefenseContext) -> Aggregate:
+        reset()
+        return defense(rows, _fresh(c, seed))
+
+    ran = ["shape_dtype_device", "no_mutation", "deterministic", "weights", "stats", "reset"]
+    before, ctx_before = u.clone(), _clones(ctx)
+    a = run(u, ctx)
+    assert torch.equal(u, before), "the rule modified its input rows"
+    for name, v in _clones(ctx).items():
+        assert torch.equal(v, ctx_before[name]), f"the rule modified ctx.{name}"
+    v = a.vector
+    assert isinstance(v, Tensor) and tuple(v.shape) == (p,), f"vector shape {tuple(v.shape)} != {(p,)}"
+    assert v.dtype == u.dtype, f"vector dtype {v.dtype} != input dtype {u.dtype}"
+    assert v.device == u.device, f"vector device {v.device} != input device {u.device}"
+    w = a.weights
+    if w is not None:
+        assert tuple(w.shape) == (k,), f"weights shape {tuple(w.shape)} != {(k,)}"
+        assert w.device == u.device, f"weights device {w.device} != input device {u.device}"
+        assert bool(torch.isfinite(w).all()) and bool((w >= 0).all()), f"weights must be finite and >= 0: {w}"
+        total = float(w.to(torch.float64).sum())
+        assert abs(total - 1) <= 1e-6 or total == 0, f"weights sum to {total}, not 1 or 0"
+    for key, val in a.stats.items():
+        assert isinstance(key, str) and isinstance(val, int | float), f"stat {key!r} = {val!r} is not a number"
+    b = run(u, ctx)
+    assert torch.equal(a.vector, b.vector), "two runs with equal generators differ"
+    assert (a.weights is None) == (b.weights is None), "weights present in one run only"
+    if a.weights is not None and b.weights is not None:
+        assert torch.equal(a.weights, b.weights), "two runs with equal generators give different weights"
+    defense(u, _fresh(ctx, seed + 1))  # leave state behind, then reset
+    assert torch.equal(run(u, ctx).vector, a.vector), "reset() does not restore the initial behaviour"
+
+    if not _admitted(defense, k, f):
+        return ran
+    g = torch.Generator().manual_seed(seed + 104729)
+    ref = float(u.abs().max()) if u.numel() else 0.0
+    tol = rtol * ref
+    if "permutation_invariant" in props:
+        ran.append("permutation_invariant")
+        perm = torch.randperm(k, generator=g).to(u.device)
+        assert ctx.client_ids is not None and ctx.num_samples is not None
+        c = dataclasses.replace(ctx, client_ids=ctx.client_ids[perm], num_samples=ctx.num_samples[perm])
+        b = run(u[perm], c)
+        _close(b.vector, a.vector, tol, "permutation_invariant")
+        if a.weights is not None and b.weights is not None:
+            _close(b.weights, a.weights[perm], rtol, "permutation_invariant (weights)")
+    if "translation_equivariant" in props:
+        ran.append("translation_equivariant")
+        t = (torch.randn(p, generator=g, dtype=torch.float64) * (ref or 1.0)).to(u.dtype).to(u.device)
+        assert ctx.reference is not None
+        b = run(u + t, dataclasses.replace(ctx, reference=ctx.reference + t))
+        _close(b.vector, a.vector + t, rtol * (ref + float(t.abs().max())), "translation_equivariant")
+    if "scale_equivariant" in props:
+        ran.append("scale_equivariant")
+        for c_ in (3.7, 0.37):
+            assert ctx.reference is not None
+            b = run(u * c_, dataclasses.replace(ctx, reference=ctx.reference * c_))
+            _close(b.vector, a.vector * c_, tol * c_, f"scale_equivariant (c = {c_})")
+            if a.weights is not None and b.weights is not None:
+                _close(b.weights, a.weights, rtol, f"scale_equivariant (weights, c = {c_})")
+    if "scale_invariant_rows" in props:
+        ran.append("scale_invariant_rows")
+        c_rows = (0.5 + 1.5 * torch.rand(k, generator=g, dtype=torch.float64)).to(u.dtype).to(u.device)
+        b = run(u * c_rows[:, None], ctx)
+        _close(b.vector, a.vector, tol, "scale_invariant_rows")
+    abstains = a.weights is not None and bool((a.weights == 0).all())
+    if abstains:
+        assert bool((a.vector == 0).all()), "all-zero weights but a non-zero update"
+    if "convex_combination" in props:
+        ran.append("convex_combination")
+        assert a.weights is not None, "convex_combination declared but no weights returned"
+        if not abstains:
+            combo = a.weights.to(torch.float64) @ u.to(torch.float64)
+            _close(a.vector, combo, tol, "convex_combination (vector != weights^T U)")
+    if "coordinate_bounded" in props and not abstains:
+        ran.append("coordinate_bounded")
+        lo, hi = u.min(0).values.to(torch.float64), u.max(0).values.to(torch.float64)
+        out = a.vector.to(torch.float64)
+        excess = float(torch.maximum(lo - out, out - hi).max())
+        assert excess <= tol, f"coordinate_bounded: output leaves the rows' range by {excess:.3e}"
+    return ran

@@ -1,0 +1,105 @@
+"""Every attack passes robustfl.testing.attacks.check_attack, declares SPEC's knowledge, validates
+its parameters; and the checker itself catches broken attacks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from torch import Tensor
+
+from robustfl import attacks
+from robustfl.errors import ParameterError
+from robustfl.testing.attacks import check_attack
+from robustfl.types import AttackContext, Knowledge
+
+OWN, HONEST, REFERENCE, ORACLE = Knowledge.OWN, Knowledge.HONEST, Knowledge.REFERENCE, Knowledge.ORACLE
+
+KNOWLEDGE = {  # SPEC.md section 2, defaults ([own; better with honest] attacks need only own)
+    "none": OWN, "sign_flip": OWN, "scaling": OWN, "orthogonal": OWN, "sybil": OWN,
+    "similarity_poisoning": OWN, "alie": OWN, "ipm": OWN, "min_max": OWN, "min_sum": OWN,
+    "fang_trim": OWN | HONEST, "fang_krum": OWN | HONEST, "fltrust_adaptive": OWN | HONEST | REFERENCE,
+    "optimal": OWN | HONEST | ORACLE, "gaussian": OWN, "label_flip": OWN, "backdoor": OWN,
+    "mimic": OWN | HONEST, "drift": OWN,
+}
+
+VARIANTS = [  # non-default settings that take other code paths
+    ("sign_flip", {"source": "mean"}), ("scaling", {"base": "backdoor"}), ("orthogonal", {"angle": 45}),
+    ("sybil", {"identities": 2, "jitter": 0.1}), ("similarity_poisoning", {"target": "model"}),
+    ("min_max", {"perturbation": "sign"}), ("min_sum", {"perturbation": "unit", "bound": "max"}),
+    ("fltrust_adaptive", {"variant": "angle"}), ("gaussian", {"mean": "honest"}),
+    ("drift", {"base": "fang_trim", "ramp": 5}), ("optimal", {"base": "ipm"}),
+]
+
+BAD = {  # one out-of-range value per attack with parameters
+    "sign_flip": ("scale", -1), "scaling": ("factor", float("nan")), "orthogonal": ("angle", 200),
+    "sybil": ("jitter", -0.1), "similarity_poisoning": ("target", "weights"), "alie": ("z", "big"),
+    "ipm": ("epsilon", -2), "min_max": ("perturbation", "gauss"), "min_sum": ("bound", "median"),
+    "fltrust_adaptive": ("steps", -1), "optimal": ("low", float("inf")), "gaussian": ("std", -1),
+    "backdoor": ("poison_fraction", 1.5), "mimic": ("target", -1), "drift": ("ramp", 0),
+}
+
+
+def test_every_builtin_is_covered() -> None:
+    assert set(KNOWLEDGE) <= set(attacks.names())
+    assert set(BAD) | {"none", "fang_trim", "fang_krum", "label_flip"} == set(KNOWLEDGE)
+
+
+@pytest.mark.parametrize("name", sorted(KNOWLEDGE))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_builtin_conforms(name: str, dtype: torch.dtype) -> None:
+    check_attack(attacks.create(name), dtype=dtype)
+
+
+@pytest.mark.parametrize(("name", "params"), VARIANTS)
+def test_variant_conforms(name: str, params: dict[str, object]) -> None:
+    check_attack(attacks.create(name, **params), f=2, k=9, p=30)
+
+
+@pytest.mark.parametrize("name", sorted(KNOWLEDGE))
+def test_declared_knowledge(name: str) -> None:
+    assert attacks.create(name).knowledge == KNOWLEDGE[name]
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_parameter_message(name: str) -> None:
+    p, value = BAD[name]
+    with pytest.raises(ParameterError, match=rf"^attack {name}: parameter {p} must be .*, got "):
+        attacks.create(name, **{p: value})
+
+
+# -- the checker catches what it promises to catch ------------------------------------------------
+@dataclass
+class Broken:
+    mode: str
+    knowledge: Knowledge = field(default=Knowledge.OWN, init=False)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        own = ctx.own
+        if self.mode == "shape":
+            return own[:1].clone()
+        if self.mode == "dtype":
+            return own.float() if own.dtype == torch.float64 else own.double()
+        if self.mode == "mutate":
+            own.mul_(-1)
+            return own
+        if self.mode == "random":
+            return own + torch.randn(own.shape, dtype=own.dtype)  # global RNG: not reproducible
+        assert ctx.honest is not None  # "needs": uses honest rows it never declared
+        return ctx.honest[: own.shape[0]].clone()
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("shape", "shape"), ("dtype", "dtype"), ("mutate", "mutated ctx.own"),
+    ("random", "equal-seeded generators differ"), ("needs", "raised AssertionError with only own"),
+])
+def test_checker_catches(mode: str, message: str) -> None:
+    with pytest.raises(AssertionError, match=message):
+        check_attack(Broken(mode))
+
+
+def test_checker_refuses_a_grant_below_the_declared_knowledge() -> None:
+    with pytest.raises(AssertionError, match="needs honest"):
+        check_attack(attacks.create("mimic"), knowledge=Knowledge.OWN)
+    check_attack(attacks.create("alie"), knowledge=Knowledge.OWN | Knowledge.HONEST)

@@ -1,0 +1,81 @@
+"""optimal: the line search returns the parameter maximising the oracle deviation (grid check)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from robustfl import attacks
+from robustfl.errors import ParameterError
+from robustfl.types import Aggregate, Knowledge
+
+from ._helpers import ctx, np_
+
+TAU = 6.0
+
+
+def norm_filter_oracle(honest: torch.Tensor):  # type: ignore[no-untyped-def]
+    """Mean of the rows with norm <= TAU: the deviation grows with z until the rows are dropped."""
+
+    def oracle(rows: torch.Tensor) -> Aggregate:
+        u = torch.cat([rows, honest])
+        keep = torch.linalg.vector_norm(u, dim=1) <= TAU
+        return Aggregate(vector=u[keep].mean(0))
+
+    return oracle
+
+
+def deviation(c, z: float) -> float:  # type: ignore[no-untyped-def]
+    h = np_(c.honest)
+    m = h.mean(0) + z * h.std(0)
+    u = np.vstack([np.tile(m, (c.own.shape[0], 1)), h])
+    keep = np.linalg.norm(u, axis=1) <= TAU
+    return float(np.linalg.norm(u[keep].mean(0) - h.mean(0)))
+
+
+def test_optimal_beats_a_fine_grid() -> None:
+    c0 = ctx(f=3, n=7, p=20, seed=0)
+    assert c0.honest is not None
+    assert float(torch.linalg.vector_norm(c0.honest, dim=1).max()) < TAU
+    c = dataclasses.replace(c0, oracle=norm_filter_oracle(c0.honest))
+    attack = attacks.create("optimal")  # base alie, parameter z, [0, 10]
+    out = np_(attack(c))
+    z = attack.last_stats["parameter"]
+    grid = np.linspace(0, 10, 1001)
+    best_grid = max(deviation(c, x) for x in grid)
+    assert 0 < z < 10
+    assert deviation(c, z) >= best_grid - 1e-12
+    assert attack.last_stats["deviation"] == pytest.approx(deviation(c, z), rel=1e-12)
+    h = np_(c.honest)
+    np.testing.assert_allclose(out, np.tile(h.mean(0) + z * h.std(0), (3, 1)), rtol=1e-12)
+
+
+def test_optimal_ipm_monotone_objective_hits_the_end() -> None:
+    c0 = ctx(f=3, n=7, p=10, seed=1)
+    honest = c0.honest
+    assert honest is not None
+
+    def mean_oracle(rows: torch.Tensor) -> Aggregate:
+        return Aggregate(vector=torch.cat([rows, honest]).mean(0))
+
+    c = dataclasses.replace(c0, oracle=mean_oracle)
+    attack = attacks.create("optimal", base="ipm", low=0.5, high=4)  # parameter epsilon by default
+    out = np_(attack(c))
+    assert attack.last_stats["parameter"] == 4.0  # under the mean the deviation grows with epsilon
+    np.testing.assert_allclose(out, np.tile(-4 * np_(c.honest).mean(0), (3, 1)), rtol=1e-12)
+
+
+def test_optimal_knowledge_and_parameters() -> None:
+    assert Knowledge.ORACLE in attacks.create("optimal").knowledge
+    with_ref = attacks.create("optimal", base={"name": "scaling", "base": "fltrust_adaptive"})
+    assert with_ref.knowledge == Knowledge.OWN | Knowledge.HONEST | Knowledge.REFERENCE | Knowledge.ORACLE
+    assert attacks.create("optimal", base="ipm").last_stats == {}  # epsilon = 0 (low) is accepted
+    with pytest.raises(ParameterError, match="parameter parameter"):
+        attacks.create("optimal", base="mimic")
+    with pytest.raises(ParameterError, match="high"):
+        attacks.create("optimal", low=2, high=1)
+    with pytest.raises(ParameterError, match="epsilon"):
+        attacks.create("optimal", base="ipm", low=-1, high=1)  # ipm refuses epsilon = -1
