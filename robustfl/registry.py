@@ -6,6 +6,14 @@ Plugins come from the entry-point groups ``robustfl.attacks``, ``robustfl.defens
 ``robustfl.tasks`` and are discovered lazily (on the first ``names()`` or ``create()``); a plugin
 may not shadow a built-in or another plugin. ``ROBUSTFL_DISABLE_PLUGIN_AUTOLOAD=1`` turns the
 discovery off; :func:`load_plugin` loads a file or module by hand (the CLI's ``--plugin``).
+
+Plugins are validated when loaded: the entry must be callable; an attack class must define
+``__call__`` and, where its ``knowledge`` is visible on the class (a class attribute or a dataclass
+field's default), that value must be a :class:`~robustfl.types.Knowledge`; a defense class must
+define ``__call__``. What the class does not show is checked on the object ``create`` returns (an
+attack's ``knowledge``, a defense being callable). A failed check, like an import error, is a
+:class:`~robustfl.errors.PluginError` naming the entry point, where it came from and what is wrong.
+Built-ins are not re-checked (their own tests do that).
 """
 
 from __future__ import annotations
@@ -37,16 +45,39 @@ class Entry:
     origin: str  # "built-in", "dist-name version", or "plugin file PATH"
     _obj: Callable[..., Any] | None = None
 
-    def load(self) -> Callable[..., Any]:
+    @property
+    def is_plugin(self) -> bool:
+        return self.origin != BUILTIN
+
+    def describe(self, kind: str) -> str:
+        """``attack plugin 'x' (entry point pkg.mod:Cls, from dist 1.0)`` -- for error messages."""
+        if callable(self.target):
+            what = getattr(self.target, "__qualname__", None) or repr(self.target)
+            point = f"object {what}"
+        else:
+            point = f"entry point {self.name} = {self.target}"
+        if not self.is_plugin:
+            return f"built-in {kind} {self.name!r} ({self.target})"
+        return f"{kind} plugin {self.name!r} ({point}, from {self.origin})"
+
+    def load(self, kind: str = "component") -> Callable[..., Any]:
         if self._obj is None:
             if callable(self.target):
-                self._obj = self.target
+                obj: Any = self.target
             else:
                 mod, _, attr = self.target.partition(":")
                 try:
-                    self._obj = getattr(importlib.import_module(mod), attr)
-                except Exception as exc:  # a broken plugin is reported, not a traceback
-                    raise PluginError(f"cannot load {self.name!r} from {self.origin}: {exc}") from exc
+                    obj = importlib.import_module(mod)
+                    for part in attr.split(".") if attr else []:
+                        obj = getattr(obj, part)
+                except (Exception, SystemExit) as exc:  # a broken plugin is reported, not a traceback
+                    msg = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+                    raise PluginError(f"cannot load {self.describe(kind)}: {msg}") from exc
+            if self.is_plugin:
+                problem = _check_factory(kind, obj)
+                if problem:
+                    raise PluginError(f"invalid {self.describe(kind)}: {problem}")
+            self._obj = obj
         return self._obj
 
 
@@ -63,13 +94,17 @@ class Registry:
     def _discover(self) -> None:
         if self._discovered:
             return
-        self._discovered = True
         if os.environ.get("ROBUSTFL_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0"):
+            self._discovered = True
             return
-        for ep in _entry_points(self.group):
-            dist = getattr(ep, "dist", None)
-            origin = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
-            self._add(ep.name, ep.value, origin)
+        before = dict(self._entries)
+        try:
+            for ep in _entry_points(self.group):
+                self._add(ep.name, ep.value, _dist_origin(ep))
+        except PluginError:  # all or nothing: a clash is raised again on every use
+            self._entries = before
+            raise
+        self._discovered = True
 
     def _add(self, name: str, target: str | Callable[..., Any], origin: str) -> None:
         old = self._entries.get(name)
@@ -77,7 +112,8 @@ class Registry:
             if old.origin == origin and old.target == target:
                 return
             raise PluginError(
-                f"{self.kind} {name!r} from {origin} clashes with the one from {old.origin}; "
+                f"{self.kind} {name!r} from {origin} clashes with the {self.kind} {name!r} from "
+                f"{old.origin}; a plugin may not shadow a built-in or another plugin: rename or "
                 "uninstall one of them"
             )
         self._entries[name] = Entry(name, target, origin)
@@ -108,17 +144,29 @@ class Registry:
             raise UnknownNameError(self.kind, name, self._entries) from None
 
     def get(self, name: str) -> Callable[..., Any]:
-        """The class or factory behind ``name``."""
-        return self._entry(name).load()
+        """The class or factory behind ``name`` (a plugin is imported and validated here)."""
+        entry = self._entry(name)
+        try:
+            return entry.load(self.kind)
+        except PluginError as exc:
+            if str(exc) not in self.broken:
+                self.broken.append(str(exc))
+            raise
 
     def create(self, name: str, **params: Any) -> Any:
         """Build ``name`` with ``params``; a misspelled parameter is an error, never dropped."""
         factory = self.get(name)
         _check_params(self.kind, name, factory, params)
         try:
-            return factory(**params)
+            obj = factory(**params)
         except TypeError as exc:
             raise ParameterError(f"{self.kind} {name!r}: {exc}") from exc
+        entry = self._entries[name]
+        if entry.is_plugin:
+            problem = _check_instance(self.kind, obj)
+            if problem:
+                raise PluginError(f"invalid {entry.describe(self.kind)}: {problem}")
+        return obj
 
     def __contains__(self, name: object) -> bool:
         self._discover()
@@ -141,9 +189,69 @@ def _check_params(kind: str, name: str, factory: Callable[..., Any], params: dic
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             listed = ", ".join(known) if known else "none"
-            raise ParameterError(
-                f"{kind} {name!r} has no parameter {key!r}{hint} (parameters: {listed})"
-            )
+            raise ParameterError(f"{kind} {name!r} has no parameter {key!r}{hint} (parameters: {listed})")
+
+
+# -- validation on load ------------------------------------------------------------------------
+_MISSING: Any = object()
+
+
+def _defines_call(cls: type) -> bool:
+    return any("__call__" in vars(c) for c in cls.__mro__ if c is not object)
+
+
+def _class_knowledge(cls: type) -> Any:
+    """The class's ``knowledge`` where the class shows it, else _MISSING (checked at create time)."""
+    value = inspect.getattr_static(cls, "knowledge", _MISSING)
+    if value is _MISSING or hasattr(type(value), "__get__"):  # absent, or a property/descriptor
+        return _MISSING
+    return value
+
+
+def _knowledge_problem(value: Any, where: str) -> str | None:
+    from .types import Knowledge
+
+    if value is _MISSING:
+        return f"{where} has no attribute 'knowledge' (a robustfl.Knowledge, e.g. Knowledge.OWN)"
+    if not isinstance(value, Knowledge):
+        return f"{where}'s knowledge must be a robustfl.Knowledge (e.g. Knowledge.OWN), got {value!r}"
+    return None
+
+
+def _check_factory(kind: str, obj: Any) -> str | None:
+    """What is wrong with a loaded plugin entry (None when nothing is)."""
+    if not callable(obj):
+        return f"it names {type(obj).__name__} {obj!r}, which is not callable (expected a class or factory)"
+    if not inspect.isclass(obj) or kind not in ("attack", "defense", "pre-aggregator"):
+        return None
+    if not _defines_call(obj):
+        sig = "(ctx)" if kind == "attack" else "(updates, ctx)"
+        return f"class {obj.__qualname__} defines no __call__{sig}, so its objects are not callable"
+    if kind == "attack":
+        value = _class_knowledge(obj)
+        if value is not _MISSING:
+            return _knowledge_problem(value, f"class {obj.__qualname__}")
+    return None
+
+
+def _check_instance(kind: str, obj: Any) -> str | None:
+    """What is wrong with the object a plugin's factory returned (None when nothing is)."""
+    what = f"the object it created ({type(obj).__name__})"
+    if kind in ("attack", "defense", "pre-aggregator") and not callable(obj):
+        return f"{what} is not callable"
+    if kind == "attack":
+        return _knowledge_problem(getattr(obj, "knowledge", _MISSING), what)
+    return None
+
+
+def _dist_origin(ep: md.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "unknown distribution"
+    try:
+        return f"{dist.name} {dist.version}"
+    except Exception:  # pragma: no cover - broken metadata
+        return "unknown distribution"
 
 
 def _entry_points(group: str) -> Iterable[md.EntryPoint]:

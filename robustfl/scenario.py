@@ -8,6 +8,7 @@ parameter is an error naming it).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -115,8 +116,10 @@ def _check_value(key: str, value: Any, typ: str, constraint: str) -> Any:
             typ, f"a {typ}"
         )
         raise ConfigError(f"{key} must be {want}, got {value!r} ({type(value).__name__})")
-    if value is None or typ in ("str", "bool", "list", "table") and not constraint.startswith(
-        ("choice", "nonempty")
+    if (
+        value is None
+        or typ in ("str", "bool", "list", "table")
+        and not constraint.startswith(("choice", "nonempty"))
     ):
         return value
     if isinstance(value, float) and not math.isfinite(value):
@@ -144,8 +147,9 @@ def _check_value(key: str, value: Any, typ: str, constraint: str) -> Any:
         if bad:
             raise ConfigError(f"{key} must be a non-empty list, got []")
     if bad:
-        raise ConfigError(f"{key} must be {c.replace('[0,1]', 'in [0, 1]').replace('(0,1]', 'in (0, 1]')}, "
-                          f"got {value!r}")
+        raise ConfigError(
+            f"{key} must be {c.replace('[0,1]', 'in [0, 1]').replace('(0,1]', 'in (0, 1]')}, got {value!r}"
+        )
     return value
 
 
@@ -259,11 +263,11 @@ def _resolve(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 sec.update(copy.deepcopy(given))
                 out[section] = sec
                 continue
-            for k, v in given.items():
+            for k in given:
                 if k not in params:
                     raise ConfigError(
                         f"unknown key {section}.{k} for {section} {name!r} "
-                        f"(keys: {', '.join(['name', *params]) })"
+                        f"(keys: {', '.join(['name', *params])})"
                     )
             for k, (default, typ, cons) in params.items():
                 sec[k] = _check_value(f"{section}.{k}", given.get(k, default), typ, cons)
@@ -290,7 +294,9 @@ def _check_relations(d: dict[str, dict[str, Any]]) -> None:
         raise ConfigError(f"threat.byzantine must be a fraction in [0, 1] or an integer count, got {byz!r}")
     f = count_of(byz, k)
     if f > k:
-        raise ConfigError(f"threat.byzantine = {byz!r} gives {f} Byzantine clients, more than federation.clients = {k}")
+        raise ConfigError(
+            f"threat.byzantine = {byz!r} gives {f} Byzantine clients, more than federation.clients = {k}"
+        )
     a = d["threat"]["assumed_byzantine"]
     if isinstance(a, float) and a > 1:
         raise ConfigError(f"threat.assumed_byzantine must be a fraction in [0, 1] or a count, got {a!r}")
@@ -338,11 +344,13 @@ def parse_override(text: str) -> tuple[str, Any]:
 def scenario_dirs() -> list[Path]:
     """Where named scenarios are found: the checkout's scenarios/, then the installed copy."""
     dirs = [Path(__file__).resolve().parent.parent / "scenarios"]
-    try:
+    with contextlib.suppress(Exception):
         dirs.append(Path(str(resources.files("robustfl") / "scenarios")))
-    except Exception:  # pragma: no cover
-        pass
-    return [d for d in dirs if d.is_dir()]
+    seen: dict[Path, Path] = {}
+    for d in dirs:
+        if d.is_dir():
+            seen.setdefault(d.resolve(), d)
+    return list(seen.values())
 
 
 def scenario_names() -> list[str]:
@@ -386,7 +394,9 @@ def load_scenario(
             raise ConfigError(f"cannot read scenario {str(path)!r}: {exc}") from None
     texts: list[str] = []
     if overrides:
-        items = overrides.items() if isinstance(overrides, Mapping) else [parse_override(o) for o in overrides]
+        items = (
+            overrides.items() if isinstance(overrides, Mapping) else [parse_override(o) for o in overrides]
+        )
         for k, v in items:
             _set_dotted(raw, k, v)
             texts.append(f"{k}={v!r}")

@@ -28,9 +28,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE",
-                   help="load attacks/defenses/tasks from a file or module (repeatable)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where tensors live (default cpu)")
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="PATH_OR_MODULE",
+        help="load attacks/defenses/tasks from a file or module (repeatable)",
+    )
+    p.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="where tensors live (default cpu)"
+    )
     p.add_argument("--quiet", action="store_true", help="print only errors and the final table")
 
 
@@ -39,8 +46,14 @@ def _scenario_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
         p.add_argument("scenario", nargs="?", default=None, help="scenario name or TOML path")
     else:
         p.add_argument("scenario", help="scenario name (under scenarios/) or a TOML path")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
-                   help="override a scenario value (repeatable), e.g. --set federation.clients=50")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        dest="overrides",
+        help="override a scenario value (repeatable), e.g. --set federation.clients=50",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH", help="write a heatmap PNG")
     p.add_argument("--cell-timeout", type=float, default=None, metavar="S")
-    p.add_argument("--allow-outside-guarantee", action="store_true",
-                   help="run rules below their min_clients (flagged in the table)")
+    p.add_argument(
+        "--allow-outside-guarantee",
+        action="store_true",
+        help="run rules below their min_clients (flagged in the table)",
+    )
     _common(p)
 
     p = sub.add_parser("bound", help="check FLTrust's error bound (Theorem 1) empirically")
@@ -84,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("list", help="list attacks, defenses, tasks or scenarios")
-    p.add_argument("what", nargs="?", default="all", choices=["all", "attacks", "defenses", "tasks", "scenarios"])
+    p.add_argument(
+        "what", nargs="?", default="all", choices=["all", "attacks", "defenses", "tasks", "scenarios"]
+    )
     p.add_argument("--json", action="store_true", help='print [{"name", "origin"}]')
     _common(p)
 
@@ -169,15 +187,21 @@ def _write_json(path: str, obj: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..simulation.matrix import _failed, Job
+    from ..simulation.matrix import Job, _failed
     from ..simulation.runner import Simulation, clean_reference
     from . import render
 
     sc = _load(args)
     attack: Any = args.attack if args.attack else _section(sc, "attack")
     defense: Any = args.defense if args.defense else _section(sc, "defense")
-    sim = Simulation(sc, attack, defense, args.seed, allow_outside_guarantee=args.allow_outside_guarantee,
-                     device=args.device)
+    sim = Simulation(
+        sc,
+        attack,
+        defense,
+        args.seed,
+        allow_outside_guarantee=args.allow_outside_guarantee,
+        device=args.device,
+    )
     try:
         ref = None
         if sim.problem.optimum is None:
@@ -231,8 +255,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         heatmap(result.cells, args.plot)
     render.print_matrix(result.cells, title=sc.name)
     if not args.quiet:
-        render.print_note(f"store: {store}" + (f"  json: {args.json}" if args.json else "")
-                          + (f"  plot: {args.plot}" if args.plot else ""))
+        render.print_note(
+            f"store: {store}"
+            + (f"  json: {args.json}" if args.json else "")
+            + (f"  plot: {args.plot}" if args.plot else "")
+        )
     return 1 if result.failed else 0
 
 
@@ -279,7 +306,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..simulation import report
     from ..simulation.store import Store
     from . import render
 
@@ -288,26 +314,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     with Store(args.store) as st:
         cells = st.cells()
         run = st.latest_run()
-    fmt = args.format
-    if fmt == "table" and not args.output:
-        render.print_matrix(cells, title=f"{args.store}: final relative drift", show_time=True)
+    if args.format == "table" and not args.output:
+        render.print_matrix(cells, title=f"{args.store}", show_time=True)
         return 0
-    if fmt == "table":
-        text = report.to_markdown(cells)
-    elif fmt == "csv":
-        text = report.to_csv(cells)
-    elif fmt == "json":
-        text = report.to_json(cells)
-    elif fmt == "markdown":
-        text = report.to_markdown(cells)
-    else:
-        from . import html
-
-        text = html.render_html(cells, run)
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    render.print_report(
+        cells,
+        args.format,
+        output=args.output,
+        scenario=run[0] if run else None,
+        provenance=run[1] if run else None,
+    )
     return 0
 
 

@@ -219,8 +219,10 @@ class MatrixProgress:
     """Progress of a matrix: cells done/total, running, failed, time left.
 
     Use as a context manager; ``start(total, done=0)`` (``done``: cells already in the store),
-    then ``cell_started(label)`` and ``cell_finished(cell)`` as cells go. With ``quiet=True`` it
-    prints nothing but still counts (``done``, ``running``, ``failed``, ``diverged``).
+    then ``cell_started(label)`` and ``cell_finished(cell)`` as cells go. Cells reported finished
+    before the first ``cell_started`` count as resumed from the store: they advance the bar but
+    not the throughput behind the time-left estimate. With ``quiet=True`` it prints nothing but
+    still counts (``done``, ``running``, ``failed``, ``diverged``).
     """
 
     def __init__(self, console: Console | None = None, quiet: bool = False, transient: bool = False) -> None:

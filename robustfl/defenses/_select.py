@@ -67,11 +67,12 @@ def _smallest_sum(d: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return vals.sum(1), idx
 
 
-def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor, Tensor]:
+def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor, Tensor, bool]:
     """The m rows of ``pool`` with the lowest Krum score (n neighbours); ties to the lowest index.
 
     Returns (selected indices into the rows, in ascending (score, index) order; float64 scores
-    of the pool rows, exact where they were re-scored).
+    of the pool rows, exact where they were re-scored; whether the choice fell to the index
+    tie-break, i.e. the m-th and (m+1)-th rows have equal keys).
     """
     m = max(0, min(m, len(pool)))
     bad = dist.bad[pool]
@@ -98,7 +99,10 @@ def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor
     key = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
     order = torch.sort(key, stable=True).indices
     order = order[torch.sort(bad[order].to(torch.uint8), stable=True).indices]
-    return pool[order[:m]], scores
+    tied = 0 < m < len(pool) and bool(
+        (key[order[m - 1]] == key[order[m]]) & (bad[order[m - 1]] == bad[order[m]])
+    )
+    return pool[order[:m]], scores, tied
 
 
 class Rule:

@@ -9,9 +9,10 @@
 
 Guarantee: K >= 4f + 3 (``min_clients``). It computes for K >= 4f + 1 (beta >= 1); below that
 there is nothing to average: InputError. Weights: None (coordinate-wise second stage).
-Not declared permutation-invariant: at f = 1 the last pick is made with 0 neighbours, among 3
-rows that all score 0, so it goes to the lowest index (as specified); for f = 0 and f >= 2 every
-pick has neighbours and the result is permutation-invariant up to exact score ties (tested).
+Not declared permutation-invariant: the last pick scores a pool of 2f + 1 rows with f - 1
+neighbours, so at f = 1 (0 neighbours: all scores 0) and f = 2 (1 neighbour: the closest pair
+always ties) the lowest index decides, as specified. For f = 0 and f >= 3 the result is
+permutation-invariant up to exact score ties (tested).
 Stats: ``num_selected`` (theta), ``beta``.
 """
 
@@ -49,7 +50,7 @@ class Bulyan(Rule):
         pool = torch.arange(k, device=updates.device)
         picks = []
         for _ in range(theta):  # repeated Krum on the shrinking pool, one distance matrix
-            sel, _ = select_lowest(dist, pool, krum_neighbours(len(pool), f), 1)
+            sel, _, _ = select_lowest(dist, pool, krum_neighbours(len(pool), f), 1)
             picks.append(sel)
             pool = pool[pool != sel[0]]
         chosen = updates[torch.sort(torch.cat(picks)).values]  # original index order

@@ -12,7 +12,9 @@ Distances come from one Gram matrix in the input dtype; where two scores are wit
 each other and the choice depends on it, those rows are re-scored in float64
 (``_select.select_lowest``). Rows with non-finite entries are never preferred over finite ones.
 Stats: ``selected_index``; ``score_gap`` = (s_(2) - s_(1)) / s_(2), the relative margin of the
-choice (0 when K = 1 or s_(2) = 0).
+choice (0 when K = 1 or s_(2) = 0); ``tie_break`` = 1 when the two lowest scores are exactly equal
+and the lower index decided (e.g. K = 3, f = 0: the closest pair always ties) -- permutation
+invariance holds up to such ties.
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ class Krum(Rule):
         k = updates.shape[0]
         dist = Distances.of(updates)
         pool = torch.arange(k, device=updates.device)
-        sel, scores = select_lowest(dist, pool, krum_neighbours(k, f_hat(ctx)), 1)
+        sel, scores, tied = select_lowest(dist, pool, krum_neighbours(k, f_hat(ctx)), 1)
         i = int(sel[0])
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
         weights[i] = 1
-        stats = {"selected_index": float(i), "score_gap": score_gap(scores)}
+        stats = {"selected_index": float(i), "score_gap": score_gap(scores), "tie_break": float(tied)}
         return Aggregate(updates[i].clone(), weights, stats)

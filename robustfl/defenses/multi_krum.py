@@ -6,7 +6,8 @@ default K - f (at least 1, at most K). Weights are 1/m on the selected rows.
 
 Guarantee as Krum's: K >= 2f + 3 (``min_clients``). Near-tied scores at the selection boundary
 are re-scored in float64 (``_select.select_lowest``).
-Stats: ``num_selected``; ``score_gap`` (relative gap between the two lowest scores).
+Stats: ``num_selected``; ``score_gap`` (relative gap between the two lowest scores);
+``tie_break`` = 1 when the m-th and (m+1)-th scores are exactly equal and the index decided.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class MultiKrum(Rule):
         m = min(k, self.selected if self.selected is not None else max(1, k - f))
         dist = Distances.of(updates)
         pool = torch.arange(k, device=updates.device)
-        sel, scores = select_lowest(dist, pool, krum_neighbours(k, f), m)
+        sel, scores, tied = select_lowest(dist, pool, krum_neighbours(k, f), m)
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
         weights[sel] = 1.0 / m
         vector = updates[torch.sort(sel).values].mean(0)
-        return Aggregate(vector, weights, {"num_selected": float(m), "score_gap": score_gap(scores)})
+        stats = {"num_selected": float(m), "score_gap": score_gap(scores), "tie_break": float(tied)}
+        return Aggregate(vector, weights, stats)

@@ -92,7 +92,7 @@ def plan(
     labels = [(j.label) for j in jobs]
     if len(set(labels)) != len(labels):
         dup = next(lbl for lbl in labels if labels.count(lbl) > 1)
-        raise RobustFLError(f"two cells share the label {dup!r}; give one a distinct label = \"...\"")
+        raise RobustFLError(f'two cells share the label {dup!r}; give one a distinct label = "..."')
     return jobs
 
 
@@ -137,18 +137,30 @@ def _failed(job: Job, exc: BaseException) -> Cell:
         tb = traceback.extract_tb(exc.__traceback__)
         if tb:
             msg += f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})"
-    return Cell(C.attack_label(job.attack), C.defense_label(job.defense), job.seed, status="failed", error=msg)
+    return Cell(
+        C.attack_label(job.attack), C.defense_label(job.defense), job.seed, status="failed", error=msg
+    )
 
 
 def run_job(
-    job: Job, reference: np.ndarray | None, plugins: Sequence[str] = (), allow_outside: bool = False,
+    job: Job,
+    reference: np.ndarray | None,
+    plugins: Sequence[str] = (),
+    allow_outside: bool = False,
     device: str = "cpu",
 ) -> Cell:
     try:
         _load_plugins(plugins)
         ref = torch.from_numpy(reference) if reference is not None else None
-        out = simulate(job.scenario, job.attack, job.defense, job.seed, reference_model=ref,
-                       allow_outside_guarantee=allow_outside or job.outside, device=device)
+        out = simulate(
+            job.scenario,
+            job.attack,
+            job.defense,
+            job.seed,
+            reference_model=ref,
+            allow_outside_guarantee=allow_outside or job.outside,
+            device=device,
+        )
         cell = out.cell
     except Exception as exc:  # a failing cell is recorded, the matrix goes on
         cell = _failed(job, exc)
@@ -156,7 +168,9 @@ def run_job(
     return cell
 
 
-def run_reference(scenario: Scenario, seed: int, plugins: Sequence[str] = (), device: str = "cpu") -> np.ndarray:
+def run_reference(
+    scenario: Scenario, seed: int, plugins: Sequence[str] = (), device: str = "cpu"
+) -> np.ndarray:
     _load_plugins(plugins)
     return clean_reference(scenario, seed, device=device).detach().double().cpu().numpy()
 
@@ -211,8 +225,9 @@ def run_matrix(
                 progress.cell_finished(cell)
 
         by_key = {j.key: j for j in todo}
-        for cell in _execute(todo, refs, workers, plugins, allow_outside_guarantee, device, executor, address,
-                             progress):
+        for cell in _execute(
+            todo, refs, workers, plugins, allow_outside_guarantee, device, executor, address, progress
+        ):
             record(cell)
     finally:
         if db is not None:
@@ -225,7 +240,12 @@ def _needs_reference(job: Job) -> bool:
 
 
 def _references(
-    todo: Sequence[Job], db: Any, workers: int, plugins: Sequence[str], device: str, executor: str,
+    todo: Sequence[Job],
+    db: Any,
+    workers: int,
+    plugins: Sequence[str],
+    device: str,
+    executor: str,
     address: str | None,
 ) -> dict[str, np.ndarray]:
     need: dict[str, tuple[Scenario, int]] = {}
@@ -256,8 +276,15 @@ def _references(
 
 
 def _execute(
-    todo: Sequence[Job], refs: dict[str, np.ndarray], workers: int, plugins: Sequence[str],
-    allow_outside: bool, device: str, executor: str, address: str | None, progress: Progress | None,
+    todo: Sequence[Job],
+    refs: dict[str, np.ndarray],
+    workers: int,
+    plugins: Sequence[str],
+    allow_outside: bool,
+    device: str,
+    executor: str,
+    address: str | None,
+    progress: Progress | None,
 ) -> Iterator[Cell]:
     def ref_of(j: Job) -> np.ndarray | None:
         return refs.get(reference_key(j.scenario, j.seed))

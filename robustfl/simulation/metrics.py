@@ -65,7 +65,9 @@ def round_metrics(
         m["accuracy"] = problem.accuracy(w)
         if backdoor is not None and problem.predict is not None:
             with torch.no_grad():
-                m["attack_success_rate"] = float((problem.predict(w, backdoor[0]) == backdoor[1]).double().mean())
+                m["attack_success_rate"] = float(
+                    (problem.predict(w, backdoor[0]) == backdoor[1]).double().mean()
+                )
     weights = agg.weights
     if weights is not None:
         wt = weights.double()

@@ -129,7 +129,9 @@ class Simulation:
 
     def _needs_reference(self) -> bool:
         name = C.spec_name(self.defense_spec)
-        return name == "fltrust" or bool(getattr(self.attack, "knowledge", Knowledge.OWN) & Knowledge.REFERENCE)
+        return name == "fltrust" or bool(
+            getattr(self.attack, "knowledge", Knowledge.OWN) & Knowledge.REFERENCE
+        )
 
     # ------------------------------------------------------------------------------------
     def run(
@@ -195,6 +197,23 @@ class Simulation:
         steps, lr, bsz = fed["local_steps"], fed["local_lr"], fed["batch_size"]
         rounds = fed["rounds"]
         backdoor_eval = self._backdoor_inputs()
+        # Full batch: the server's root update rides along as one more row of the clients' vmap.
+        n_max = mask.shape[1]
+        merged = (
+            root is not None
+            and root_mask is not None
+            and root_mask.shape[1] <= n_max
+            and (bsz <= 0 or bsz >= max(int(mask.sum(1).max()), int(root_mask.sum())))
+        )
+        if merged:
+            assert root is not None and root_mask is not None
+            pad = n_max - root_mask.shape[1]
+            data = tuple(
+                torch.cat([t, torch.nn.functional.pad(r, (0, 0) * (r.ndim - 2) + (0, pad))], 0)
+                for t, r in zip(data, root, strict=True)
+            )
+            mask = torch.cat([mask, torch.nn.functional.pad(root_mask, (0, pad))], 0)
+            root_id = torch.tensor([k_total], device=dev)
 
         for t in range(rounds):
             if self.per_round == k_total:
@@ -206,19 +225,40 @@ class Simulation:
             coords = self.sharing.begin_round(t, w, ids_dev)
             start = self.sharing.start_points(w, ids_dev)
 
+            train_ids, train_start = ids_dev, start
+            if merged:
+                train_ids, train_start = torch.cat([ids_dev, root_id]), torch.cat([start, w[None]])
+
             def extra(theta: Tensor, start: Tensor = start, ids_dev: Tensor = ids_dev) -> Tensor | None:
-                return self.algorithm.extra_grad(theta, start, ids_dev)
+                if not merged:
+                    return self.algorithm.extra_grad(theta, start, ids_dev)
+                e = self.algorithm.extra_grad(theta[:-1], start, ids_dev)
+                return None if e is None else torch.cat([e, torch.zeros_like(theta[-1:])])
 
             theta = local_train(
-                p.loss, start, gather_clients(data, ids_dev), mask.index_select(0, ids_dev),
-                steps=steps, lr=lr, batch_size=bsz, generator=g_train, extra_grad=extra,
+                p.loss,
+                train_start,
+                gather_clients(data, train_ids),
+                mask.index_select(0, train_ids),
+                steps=steps,
+                lr=lr,
+                batch_size=bsz,
+                generator=g_train,
+                extra_grad=extra,
             )
-            rows = self.sharing.rows(theta, w, ids_dev)
             reference = None
-            if root is not None and root_mask is not None:
-                g0 = local_train(p.loss, w[None], root, root_mask, steps=steps, lr=lr, batch_size=bsz,
-                                 generator=g_root)[0] - w
+            if merged:
+                theta, g0 = theta[:-1], theta[-1] - w
                 reference = self.sharing.restrict(g0)
+            elif root is not None and root_mask is not None:
+                g0 = (
+                    local_train(
+                        p.loss, w[None], root, root_mask, steps=steps, lr=lr, batch_size=bsz, generator=g_root
+                    )[0]
+                    - w
+                )
+                reference = self.sharing.restrict(g0)
+            rows = self.sharing.rows(theta, w, ids_dev)
             dctx = DefenseContext(
                 round=t,
                 global_model=self.sharing.restrict(w),
@@ -238,12 +278,22 @@ class Simulation:
             agg = self.defense(updates, dctx)
             delta = self.sharing.expand(agg.vector.to(dtype))
             valid = torch.isfinite(torch.linalg.vector_norm(updates, dim=1, dtype=torch.float64))
-            w_new = self.algorithm.server_step(w, delta, rows=updates, ids=ids_dev, valid=valid,
-                                               server_lr=fed["server_lr"])
+            w_new = self.algorithm.server_step(
+                w, delta, rows=updates, ids=ids_dev, valid=valid, server_lr=fed["server_lr"]
+            )
             self.sharing.end_round(w, w_new, int(valid.sum()))
             w = w_new
             m = round_metrics(
-                t + 1, w, w_ref, d0, f_ref, p, agg, updates, byz, backdoor_eval,
+                t + 1,
+                w,
+                w_ref,
+                d0,
+                f_ref,
+                p,
+                agg,
+                updates,
+                byz,
+                backdoor_eval,
                 sybil_rows=self._sybil_rows(byz, n_byz),
             )
             m["defense"] = dict(agg.stats)
@@ -255,15 +305,25 @@ class Simulation:
                 on_round(t + 1, rounds)
             if self._diverged(w, w_ref, d0):
                 cell.status = "diverged"
-                cell.error = f"model diverged at round {t + 1} (non-finite or norm past 1e6 x initial distance)"
+                cell.error = (
+                    f"model diverged at round {t + 1} (non-finite or norm past 1e6 x initial distance)"
+                )
                 break
         cell.final = dict(cell.rounds[-1]) if cell.rounds else {}
         return w
 
     # ------------------------------------------------------------------------------------
     def _attack(
-        self, rows: Tensor, byz: Tensor, dctx: DefenseContext, reference: Tensor | None, t: int, k: int,
-        w: Tensor, granted: Knowledge, g_attack: torch.Generator,
+        self,
+        rows: Tensor,
+        byz: Tensor,
+        dctx: DefenseContext,
+        reference: Tensor | None,
+        t: int,
+        k: int,
+        w: Tensor,
+        granted: Knowledge,
+        g_attack: torch.Generator,
     ) -> Tensor:
         own, honest = rows[byz], rows[~byz]
         oracle = None
@@ -295,7 +355,9 @@ class Simulation:
         updates[byz] = mal.to(rows.dtype)
         return updates
 
-    def _poison(self, data: tuple[Tensor, ...], mask: Tensor, byz_ids: Tensor, g: torch.Generator) -> tuple[Tensor, ...]:
+    def _poison(
+        self, data: tuple[Tensor, ...], mask: Tensor, byz_ids: Tensor, g: torch.Generator
+    ) -> tuple[Tensor, ...]:
         x, y = data[0].clone(), data[1].clone()
         for k in byz_ids.tolist():  # setup only, once per run: not the round's hot path
             n = int(mask[k].sum())
@@ -342,8 +404,9 @@ def simulate(
 ) -> Outcome:
     """Run one cell. Without an exact optimum and without ``reference_model``, the clean run
     (attack none, defense fedavg, same seed) is computed first and used as w*."""
-    sim = Simulation(scenario, attack, defense, seed, allow_outside_guarantee=allow_outside_guarantee,
-                     device=device)
+    sim = Simulation(
+        scenario, attack, defense, seed, allow_outside_guarantee=allow_outside_guarantee, device=device
+    )
     if sim.problem.optimum is None and reference_model is None:
         reference_model = clean_reference(scenario, seed, device=device)
     return sim.run(reference_model, on_round)
@@ -354,5 +417,7 @@ def clean_reference(scenario: Scenario, seed: int, device: str = "cpu") -> Tenso
     sim = Simulation(scenario, "none", "fedavg", seed, allow_outside_guarantee=True, device=device)
     out = sim.run(reference_model=torch.zeros(sim.problem.dim, dtype=sim.problem.dtype))
     if out.cell.status != "ok":
-        raise ConfigError(f"the clean run (attack none, defense fedavg, seed {seed}) diverged: {out.cell.error}")
+        raise ConfigError(
+            f"the clean run (attack none, defense fedavg, seed {seed}) diverged: {out.cell.error}"
+        )
     return out.final_model

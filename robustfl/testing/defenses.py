@@ -15,7 +15,8 @@ admits (K, f) (``admits(K, f)``, else ``K >= min_clients(f)``, else always), fro
 (``reset()`` before each run); ``A`` is the rule,
 ``U`` the rows, the context's ``reference`` (a server update) transformed with the rows:
 - ``permutation_invariant``: ``A(U[pi]) = A(U)`` and weights permute with the rows (client ids and
-  sample counts permuted too);
+  sample counts permuted too); skipped when the run reports the stat ``tie_break`` = 1 (its choice
+  fell to an index tie-break, as Krum's does for K = 3, f = 0);
 - ``translation_equivariant``: ``A(U + 1 t^T) = A(U) + t``;
 - ``scale_equivariant``: ``A(cU) = c A(U)`` for c > 0 (weights unchanged);
 - ``scale_invariant_rows``: ``A(diag(c) U) = A(U)`` for per-row c > 0;
@@ -156,7 +157,7 @@ def check_defense(
     g = torch.Generator().manual_seed(seed + 104729)
     ref = float(u.abs().max()) if u.numel() else 0.0
     tol = rtol * ref
-    if "permutation_invariant" in props:
+    if "permutation_invariant" in props and not a.stats.get("tie_break", 0):
         ran.append("permutation_invariant")
         perm = torch.randperm(k, generator=g).to(u.device)
         assert ctx.client_ids is not None and ctx.num_samples is not None
