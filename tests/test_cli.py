@@ -14,6 +14,7 @@ from .conftest import PLUGINS
 SMALL = [
     "--set", "task.name=ridge", "--set", "task.dim=5", "--set", "task.samples_per_client=20",
     "--set", "federation.clients=10", "--set", "federation.rounds=20", "--set", "server.root_size=30",
+    "--set", "federation.local_lr=0.1",
 ]
 
 

@@ -220,8 +220,9 @@ def test_conformance(scale: float) -> None:
 def test_values_against_hand_computed_rows() -> None:
     ctx = make_context(f=2, k=6, p=4, dtype=torch.float64, grant=Knowledge.OWN)
     out = ${cls}(scale=2.0)(ctx)
-    expected = [[-2.0 * x for x in row] for row in ctx.own.tolist()]  # the formula, in plain Python
-    assert out.tolist() == pytest.approx(expected, rel=1e-15, abs=0.0)
+    expected = [-2.0 * x for row in ctx.own.tolist() for x in row]  # the formula, in plain Python
+    assert out.shape == ctx.own.shape
+    assert out.flatten().tolist() == pytest.approx(expected, rel=1e-12)
 
 
 def test_knowledge_is_own_only() -> None:

@@ -36,8 +36,13 @@ class DnC(Rule):
     c: float = 1.0
     name: ClassVar[str] = "dnc"
     properties: ClassVar[frozenset[str]] = frozenset(
-        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
-         "coordinate_bounded"}
+        {
+            "permutation_invariant",
+            "translation_equivariant",
+            "scale_equivariant",
+            "convex_combination",
+            "coordinate_bounded",
+        }
     )
 
     def __post_init__(self) -> None:

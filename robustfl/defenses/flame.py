@@ -38,8 +38,13 @@ def majority_cluster(dist: np.ndarray) -> np.ndarray | None:
     n = len(dist)
     if n <= 1:
         return np.ones(n, dtype=bool)
-    hdb = HDBSCAN(min_cluster_size=max(2, n // 2 + 1), min_samples=1, metric="precomputed",
-                  allow_single_cluster=True, copy=True)
+    hdb = HDBSCAN(
+        min_cluster_size=max(2, n // 2 + 1),
+        min_samples=1,
+        metric="precomputed",
+        allow_single_cluster=True,
+        copy=True,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         labels = hdb.fit_predict(dist)

@@ -16,7 +16,8 @@ Per round, for the K clients present (rows keyed by ``ctx.client_ids``; row inde
    gives the zero update with zero weights.
 Uniform feature importance (the paper's optional output-layer weighting is not used).
 
-Rows with non-finite entries get weight 0 and do not enter their history. Under partial sharing
+Rows with non-finite entries get weight 0, do not enter their history and take no part in this
+round's comparison. Under partial sharing
 (``ctx.coordinates``) histories are full-length, grown lazily to the largest coordinate seen;
 similarities use the whole history. ``reset()`` forgets every history.
 Guarantee: none in terms of f (the defense targets Sybils that send similar updates);
@@ -25,6 +26,7 @@ Guarantee: none in terms of f (the defense targets Sybils that send similar upda
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -38,12 +40,18 @@ from ._util import check_updates, row_norms
 
 
 def foolsgold_weights(hist: Tensor, kappa: float) -> tuple[Tensor, Tensor]:
-    """Steps 2-5 on the (K, L) histories: float64 alpha (before normalising to sum 1) and v."""
-    n = row_norms(hist)
+    """Steps 2-5 on the (K, L) histories: float64 alpha (before normalising to sum 1) and v.
+
+    Cosines come from one float64 Gram matrix (norms from its diagonal); those within rounding
+    of 1 (16 sqrt(L) eps) are set to exactly 1, so identical histories get alpha exactly 0 rather
+    than rounding noise that the normalisation alpha / max(alpha) would blow up.
+    """
     gram = gram64(hist)
+    n = torch.diagonal(gram).clamp(min=0).sqrt()
     denom = n[:, None] * n[None, :]
     cs = torch.where(denom > 0, gram / denom.clamp(min=torch.finfo(torch.float64).tiny), 0.0)
-    cs = cs.clamp(-1.0, 1.0).fill_diagonal_(0.0)
+    snap = 16 * math.sqrt(max(1, hist.shape[1])) * torch.finfo(torch.float64).eps
+    cs = torch.where(cs >= 1 - snap, 1.0, cs.clamp(-1.0, 1.0)).fill_diagonal_(0.0)
     v = cs.max(1).values
     pardon = v[None, :] > v[:, None]
     cs = torch.where(pardon, cs * v[:, None] / torch.where(pardon, v[None, :], 1.0), cs)
@@ -101,13 +109,13 @@ class FoolsGold(Rule):
             self._hist[idx, :p] += rows_ok
         else:
             self._hist[idx[:, None], coords.to(updates.device)[None, :]] += rows_ok
-        alpha, v = foolsgold_weights(self._hist[idx], self.kappa)
-        alpha = torch.where(ok, alpha, 0.0)
+        alpha = torch.zeros(k, dtype=torch.float64, device=updates.device)
+        alpha[ok], v = foolsgold_weights(self._hist[idx[ok]], self.kappa)
         total = alpha.sum()
         weights = (alpha / total if total > 0 else alpha).to(updates.dtype)
         stats = {
             "num_zero_weight": float((weights == 0).sum()),
             "max_weight": float(weights.max()),
-            "mean_max_similarity": float(v.mean()),
+            "mean_max_similarity": float(v.mean()) if len(v) else 0.0,
         }
         return Aggregate(weights @ rows_ok, weights, stats)

@@ -36,8 +36,13 @@ class GeometricMedian(Rule):
     max_iter: int = 1000
     name: ClassVar[str] = "geometric_median"
     properties: ClassVar[frozenset[str]] = frozenset(
-        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
-         "coordinate_bounded"}
+        {
+            "permutation_invariant",
+            "translation_equivariant",
+            "scale_equivariant",
+            "convex_combination",
+            "coordinate_bounded",
+        }
     )
 
     def __post_init__(self) -> None:

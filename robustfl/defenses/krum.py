@@ -42,8 +42,13 @@ def score_gap(scores: Tensor) -> float:
 class Krum(Rule):
     name: ClassVar[str] = "krum"
     properties: ClassVar[frozenset[str]] = frozenset(
-        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
-         "coordinate_bounded"}
+        {
+            "permutation_invariant",
+            "translation_equivariant",
+            "scale_equivariant",
+            "convex_combination",
+            "coordinate_bounded",
+        }
     )
 
     def min_clients(self, f_hat: int) -> int:

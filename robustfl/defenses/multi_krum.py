@@ -29,8 +29,13 @@ class MultiKrum(Rule):
     selected: int | None = None
     name: ClassVar[str] = "multi_krum"
     properties: ClassVar[frozenset[str]] = frozenset(
-        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
-         "coordinate_bounded"}
+        {
+            "permutation_invariant",
+            "translation_equivariant",
+            "scale_equivariant",
+            "convex_combination",
+            "coordinate_bounded",
+        }
     )
 
     def __post_init__(self) -> None:

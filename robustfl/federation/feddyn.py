@@ -91,10 +91,8 @@ class FedDyn(Algorithm):
     def setup(self, *, num_clients: int, dim: int, dtype: torch.dtype, device: torch.device) -> None:
         itemsize = torch.empty((), dtype=dtype).element_size()
         needed = self.state_bytes(num_clients, dim, itemsize)
-        check_state_memory(
-            "algorithm feddyn", f"per-client state ({num_clients} clients x {dim} parameters x {itemsize} bytes)",
-            needed, torch.device(device),
-        )
+        what = f"per-client state ({num_clients} clients x {dim} parameters x {itemsize} bytes)"
+        check_state_memory("algorithm feddyn", what, needed, torch.device(device))
         self.num_clients = num_clients
         self.g = torch.zeros(num_clients, dim, dtype=dtype, device=device)
         self.h = torch.zeros(dim, dtype=dtype, device=device)

@@ -97,7 +97,8 @@ class PSFed(Sharing):
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
             raise ParameterError(f"{c}: parameter fraction must be in [0, 1], got {p!r}")
         if self.mask not in self.masks:
-            raise ParameterError(f"{c}: parameter mask must be one of {', '.join(self.masks)}, got {self.mask!r}")
+            choices = ", ".join(self.masks)
+            raise ParameterError(f"{c}: parameter mask must be one of {choices}, got {self.mask!r}")
         if isinstance(e, bool) or not isinstance(e, int | float) or not 0 <= e <= 1:
             raise ParameterError(f"{c}: parameter explore must be in [0, 1], got {e!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -112,11 +113,9 @@ class PSFed(Sharing):
     # -- round protocol ----------------------------------------------------------------------
     def setup(self, *, num_clients: int, w0: Tensor, generator: torch.Generator) -> None:
         p_dim, dev = w0.numel(), w0.device
-        check_state_memory(
-            "sharing psfed",
-            f"persistent local models ({num_clients} clients x {p_dim} parameters x {w0.element_size()} bytes)",
-            self.state_bytes(num_clients, p_dim, w0.element_size()), dev,
-        )
+        size = w0.element_size()
+        what = f"persistent local models ({num_clients} clients x {p_dim} parameters x {size} bytes)"
+        check_state_memory("sharing psfed", what, self.state_bytes(num_clients, p_dim, size), dev)
         self.dim, self.num_clients = p_dim, num_clients
         self.k = int(math.floor(self.fraction * p_dim + 0.5))
         self.x = torch.zeros(num_clients, p_dim, dtype=w0.dtype, device=dev)
@@ -132,37 +131,36 @@ class PSFed(Sharing):
     def full_sync(self, t: int) -> bool:
         return self.full_sync_every > 0 and (t + 1) % self.full_sync_every == 0
 
-    def select(self, t: int, w: Tensor) -> tuple[Tensor, bool]:
-        """Round t's mask (sorted coordinate indices on w's device) and whether it is a seeded random one."""
+    def seeded(self, t: int) -> bool:
+        """Whether round t's mask is a seeded random one (mask random, or round 0 of gradient)."""
+        return self.mask == "random" or (self.mask == "gradient" and t == 0)
+
+    def select(self, t: int, w: Tensor) -> Tensor:
+        """Round t's mask: k sorted coordinate indices, on w's device."""
         p_dim, k = self.dim, self.k
         g = round_generator(self.seed, t)
-        if self.mask == "random" or (self.mask == "gradient" and t == 0):
-            return torch.randperm(p_dim, generator=g)[:k].sort().values.to(w.device), True
+        if self.seeded(t):
+            return torch.randperm(p_dim, generator=g)[:k].sort().values.to(w.device)
         by_score = int(math.floor((1 - self.explore) * k + 0.5))
         score = w.detach().abs().double() if self.mask == "magnitude" else self.change.clone()
         score[self.last_sync < 0] = math.inf
         order = torch.sort(score, descending=True, stable=True).indices  # ties: lower index first
         top, rest = order[:by_score], order[by_score:]
         pick = torch.randperm(rest.numel(), generator=g)[: k - by_score].to(rest.device)
-        return torch.cat([top, rest[pick]]).sort().values, False
+        return torch.cat([top, rest[pick]]).sort().values
 
     def begin_round(self, t: int, w: Tensor, ids: Tensor) -> Tensor | None:
         self.round, self.participants = t, ids.numel()
         self.new = ~self.seen[ids]
-        s, new, p_dim = self.participants, int(self.new.sum()), self.dim
+        s, new, p_dim, k = self.participants, int(self.new.sum()), self.dim, self.k
         self._down_fedavg = s * p_dim * BYTES_PER_VALUE
-        if self.full_sync(t) or (self.k == p_dim and self.mask == "random"):
-            self.coords = None
-            seeded = True
-        else:
-            self.coords, seeded = self.select(t, w)
-            if self.k == p_dim:  # every coordinate: the same as sharing all
-                self.coords = None
         if self.full_sync(t):
-            self._down = self._down_fedavg
-        else:
-            mask_bytes = s * mask_cost(p_dim, self.k, seeded)
-            self._down = ((s - new) * self.k + new * p_dim) * BYTES_PER_VALUE + mask_bytes
+            self.coords, self._down = None, self._down_fedavg
+            return None
+        # k = P: the mask holds every coordinate, which is sharing all (None keeps it bit-identical)
+        self.coords = None if k == p_dim else self.select(t, w)
+        mask_bytes = s * mask_cost(p_dim, k, self.seeded(t))
+        self._down = ((s - new) * k + new * p_dim) * BYTES_PER_VALUE + mask_bytes
         return self.coords
 
     def start_points(self, w: Tensor, ids: Tensor) -> Tensor:

@@ -77,6 +77,10 @@ def plan(
     attacks = list(attacks if attacks is not None else mx["attacks"])
     defenses = list(defenses if defenses is not None else mx["defenses"])
     seeds = list(seeds if seeds is not None else mx["seeds"])
+    for a in attacks:  # every name and parameter first: cheap, and before any data is built
+        C.build_attack(a)
+    for d in defenses:
+        C.build_defense(d)
     jobs: list[Job] = []
     for point in sweep_points(scenario):
         sc = scenario.with_values(point) if point else scenario
@@ -175,6 +179,16 @@ def run_reference(
     return clean_reference(scenario, seed, device=device).detach().double().cpu().numpy()
 
 
+def _mp_context() -> mp.context.BaseContext:
+    """Workers fork from a server that has imported robustfl (and torch) once: no per-worker
+    re-import, and no fork of a process whose torch thread pools are already running."""
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["robustfl.simulation.matrix"])
+        return ctx
+    return mp.get_context("spawn")
+
+
 # --- driver ---------------------------------------------------------------------------------
 def run_matrix(
     scenario: Scenario,
@@ -265,7 +279,7 @@ def _references(
     if workers == 1 or len(missing) == 1 or executor != "local":
         results = [run_reference(sc, seed, plugins, device) for _, sc, seed in missing]
     else:
-        with ProcessPoolExecutor(min(workers, len(missing)), mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(min(workers, len(missing)), mp_context=_mp_context()) as pool:
             futs = [pool.submit(run_reference, sc, seed, plugins, device) for _, sc, seed in missing]
             results = [f.result() for f in futs]
     for (key, _, seed), vec in zip(missing, results, strict=True):
@@ -300,7 +314,7 @@ def _execute(
                 progress.cell_started(j.label)
             yield run_job(j, ref_of(j), plugins, allow_outside, device)
         return
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=_mp_context()) as pool:
         pending: dict[Future[Cell], Job] = {}
         queue = list(todo)
         while queue or pending:

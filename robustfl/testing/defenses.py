@@ -52,7 +52,13 @@ PROPERTIES = frozenset(
 
 
 def make_context(
-    k: int, p: int, *, f: int = 0, seed: int = 0, scale: float = 1.0, dtype: torch.dtype = torch.float64,
+    k: int,
+    p: int,
+    *,
+    f: int = 0,
+    seed: int = 0,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
 ) -> DefenseContext:
     """A full DefenseContext for K rows of width P, every field from ``seed`` (generator included)."""
@@ -89,7 +95,9 @@ def _admitted(defense: Any, k: int, f: int) -> bool:
 
 
 def _clones(ctx: DefenseContext) -> dict[str, Tensor]:
-    return {f.name: v.clone() for f in dataclasses.fields(ctx) if isinstance(v := getattr(ctx, f.name), Tensor)}
+    return {
+        f.name: v.clone() for f in dataclasses.fields(ctx) if isinstance(v := getattr(ctx, f.name), Tensor)
+    }
 
 
 def check_defense(
@@ -143,7 +151,9 @@ def check_defense(
         total = float(w.to(torch.float64).sum())
         assert abs(total - 1) <= 1e-6 or total == 0, f"weights sum to {total}, not 1 or 0"
     for key, val in a.stats.items():
-        assert isinstance(key, str) and isinstance(val, int | float), f"stat {key!r} = {val!r} is not a number"
+        assert isinstance(key, str) and isinstance(val, int | float), (
+            f"stat {key!r} = {val!r} is not a number"
+        )
     b = run(u, ctx)
     assert torch.equal(a.vector, b.vector), "two runs with equal generators differ"
     assert (a.weights is None) == (b.weights is None), "weights present in one run only"

@@ -22,7 +22,9 @@ from torch import Tensor
 SCALES: tuple[float, ...] = (1e-10, 1e-5, 1.0, 1e5, 1e12)
 
 
-def gaussian_rows(k: int, p: int, *, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64) -> Tensor:
+def gaussian_rows(
+    k: int, p: int, *, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """``scale * (N(0, I) rows + 0.5 * one shared N(0, I) offset)``, from a generator seeded ``seed``."""
     g = torch.Generator().manual_seed(seed)
     rows = torch.randn(k, p, generator=g, dtype=torch.float64)

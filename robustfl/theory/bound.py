@@ -147,12 +147,14 @@ class Plan:
 # -- the theorem's setting -----------------------------------------------------------------------
 @dataclass
 class Setting:
-    """One seed's ridge problem in the theorem's setting, on one device (float64)."""
+    """One seed's ridge problem in the theorem's setting, on one device (float64).
 
-    x: Tensor  # (K, n, d) the clients' fixed data (zero-padded)
-    y: Tensor  # (K, n)
-    mask: Tensor  # (K, n) 1.0 for real samples
-    counts: Tensor  # (K,) float64 sample counts
+    Each client's gradient is affine in w: ``grad F_k(w) = A_k w - b_k + l2 w`` with
+    ``A_k = X_k^T X_k / n_k`` and ``b_k = X_k^T y_k / n_k`` precomputed from its fixed data, so all
+    K gradients are one batched (K, d, d) x (d,) product per round."""
+
+    a: Tensor  # (K, d, d)
+    b: Tensor  # (K, d)
     num_samples: Tensor  # (K,) int64
     sigma: Tensor
     w_true: Tensor
@@ -161,9 +163,10 @@ class Setting:
     hessian: Tensor  # Sigma + l2 I
     w_star: Tensor  # population optimum
     root: tuple[Tensor, Tensor]  # the scenario's root set (x0, y0)
-    sample: Callable[[int, torch.Generator], tuple[Tensor, Tensor]]
+    sampler: Callable[[int, torch.Generator], tuple[Tensor, Tensor]]
     w0: Tensor
     byz_order: Tensor  # a random permutation of client ids; the first f are Byzantine
+    seed: int
 
     @classmethod
     def build(cls, sc: Scenario, seed: int, device: torch.device) -> Setting:
@@ -171,52 +174,48 @@ class Setting:
 
         p = build_problem(sc, seed)
         ex = p.extras
-        x, y = (t.to(device, torch.float64) for t in p.client_data)
-        mask = p.client_mask.to(device, torch.float64)
-        sigma = ex["sigma"].to(device)
-        d = sigma.shape[0]
+        mask = p.client_mask.to(torch.float64)
+        x = p.client_data[0].to(torch.float64) * mask[..., None]
+        y = p.client_data[1].to(torch.float64) * mask
+        counts = mask.sum(1).clamp_min(1)[:, None]
+        sigma = ex["sigma"].to(torch.float64)
         l2 = float(ex["l2"])
-        hessian = sigma + l2 * torch.eye(d, dtype=torch.float64, device=device)
+        hessian = sigma + l2 * torch.eye(sigma.shape[0], dtype=torch.float64)
         assert p.root_data is not None
-        root = (p.root_data[0].to(device), p.root_data[1].to(device))
-        w0 = p.init(C.named_generator(seed, "init"), sc.section("federation")["init_scale"]).to(device)
-        byz = torch.randperm(x.shape[0], generator=C.named_generator(seed, "byzantine")).to(device)
-        sample = ex["sample"]
-
-        def sample_on(n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
-            xs, ys = sample(n, g)
-            return xs.to(device), ys.to(device)
-
+        w0 = p.init(C.named_generator(seed, "init"), sc.section("federation")["init_scale"])
+        byz = torch.randperm(x.shape[0], generator=C.named_generator(seed, "byzantine"))
         return cls(
-            x=x * mask[..., None],
-            y=y * mask,
-            mask=mask,
-            counts=mask.sum(1),
+            a=(x.transpose(1, 2) @ x / counts[..., None]).to(device),
+            b=(torch.einsum("knd,kn->kd", x, y) / counts).to(device),
             num_samples=p.num_samples.to(device),
-            sigma=sigma,
-            w_true=ex["w_true"].to(device),
+            sigma=sigma.to(device),
+            w_true=ex["w_true"].to(device, torch.float64),
             l2=l2,
             noise=float(ex["noise"]),
-            hessian=hessian,
-            w_star=ex["population_optimum"].to(device),
-            root=root,
-            sample=sample_on,
-            w0=w0.to(torch.float64),
-            byz_order=byz,
+            hessian=hessian.to(device),
+            w_star=ex["population_optimum"].to(device, torch.float64),
+            root=(p.root_data[0].to(device), p.root_data[1].to(device)),
+            sampler=ex["sample"],
+            w0=w0.to(device, torch.float64),
+            byz_order=byz.to(device),
+            seed=seed,
         )
 
     @property
     def num_clients(self) -> int:
-        return int(self.x.shape[0])
+        return int(self.a.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.w0.device
 
     def client_grads(self, w: Tensor) -> Tensor:
-        """(K, d): grad F_k(w) = X_k^T (X_k w - y_k) / n_k + l2 w, all clients in one batched product."""
-        r = (self.x @ w - self.y) * self.mask
-        return torch.einsum("knd,kn->kd", self.x, r) / self.counts[:, None] + self.l2 * w
+        """(K, d): grad F_k(w) = X_k^T (X_k w - y_k) / n_k + l2 w for every client at once."""
+        return self.a @ w - self.b + self.l2 * w
 
     def grad(self, w: Tensor) -> Tensor:
-        """The population gradient Sigma (w - w_true) + l2 w."""
-        return self.sigma @ (w - self.w_true) + self.l2 * w
+        """The population gradient Sigma (w - w_true) + l2 w (rows of ``w`` for a batch)."""
+        return (w - self.w_true) @ self.sigma + self.l2 * w
 
     def root_grad(self, w: Tensor, root: tuple[Tensor, Tensor]) -> Tensor:
         x0, y0 = root
@@ -229,6 +228,11 @@ class Setting:
         a = x0.T @ x0 / n0 + self.l2 * torch.eye(d, dtype=x0.dtype, device=x0.device)
         return torch.linalg.solve(a, x0.T @ y0 / n0)
 
+    def draw_root(self, size: int, draw: int) -> tuple[Tensor, Tensor]:
+        """Root draw ``draw`` of ``size`` fresh samples (its own named generator: reproducible anywhere)."""
+        x0, y0 = self.sampler(size, C.named_generator(self.seed, f"bound:root:{size}:{draw}"))
+        return x0.to(self.device), y0.to(self.device)
+
     def constants(self, alpha: float | None) -> Constants:
         return theorem_constants(
             self.hessian, self.sigma, self.w_true, self.w_star, self.noise, int(self.root[0].shape[0]), alpha
@@ -238,8 +242,8 @@ class Setting:
 # -- one trajectory ------------------------------------------------------------------------------
 @dataclass
 class Trajectory:
-    """``errors[t] = ||w^t - w*||`` for t = 0..T (shorter when diverged); the lemma columns on
-    FLTrust's rounds: lhs1, rhs1 (Lemma 1), lhs2, rhs2 (Lemma 2), root error."""
+    """``errors[t] = ||w^t - w*||`` for t = 0..T (shorter when diverged); on FLTrust's rounds the
+    columns of ``checks``: Lemma 1's LHS and RHS, Lemma 2's LHS and RHS, the root error."""
 
     errors: np.ndarray
     status: str
@@ -255,7 +259,7 @@ class Trajectory:
 
 
 def _norm(v: Tensor) -> Tensor:
-    return torch.linalg.vector_norm(v)
+    return torch.linalg.vector_norm(v, dim=-1)
 
 
 def run_trajectory(
@@ -275,26 +279,27 @@ def run_trajectory(
     granted: Knowledge,
     check: bool,
 ) -> Trajectory:
-    """Replay ``rounds`` rounds of the theorem's setting with ``defense`` (library objects)."""
-    k = st.num_clients
-    dev = st.w0.device
-    byz, honest = st.byz_order[:f], st.byz_order[f:]
+    """Replay ``rounds`` rounds of the theorem's setting with the library's ``attack`` and ``defense``.
+
+    The iterates, aggregates g and root gradients g0 are kept, and the lemma checks are computed
+    from them after the loop in one vectorised pass (same formulas, per round)."""
+    k, dev = st.num_clients, st.device
     is_byz = torch.zeros(k, dtype=torch.bool, device=dev)
-    is_byz[byz] = True
-    honest = torch.nonzero(~is_byz).flatten()
-    byz = torch.nonzero(is_byz).flatten()
+    is_byz[st.byz_order[:f]] = True
+    byz, honest = torch.nonzero(is_byz).flatten(), torch.nonzero(~is_byz).flatten()
     ids = torch.arange(k, device=dev)
-    w = st.w0.clone()
+    x0, y0 = root
+    a0, b0 = x0.T @ x0 / x0.shape[0], x0.T @ y0 / x0.shape[0]  # grad f_D0(w) = a0 w - b0 + l2 w
     limit = DIVERGENCE_FACTOR * float(_norm(st.w0 - st.w_star))
-    errors = torch.empty(rounds + 1, dtype=torch.float64, device=dev)
-    errors[0] = _norm(w - st.w_star)
-    checks = torch.zeros(rounds, 5, dtype=torch.float64, device=dev) if check else None
+    ws = torch.empty(rounds + 1, st.w0.shape[0], dtype=torch.float64, device=dev)
+    gs, g0s = torch.empty_like(ws[1:]), torch.empty_like(ws[1:])
+    ws[0] = w = st.w0
     if hasattr(defense, "reset"):
         defense.reset()
     status, done = "ok", rounds
     for t in range(rounds):
         rows = -st.client_grads(w)  # each client's update: one full-batch step, beta = 1
-        g0 = st.root_grad(w, root)  # the server's gradient on D0 (its update is -g0)
+        g0 = a0 @ w - b0 + st.l2 * w  # the server's gradient on D0 (its update is -g0)
         ctx = DefenseContext(
             round=t,
             global_model=w,
@@ -305,7 +310,6 @@ def run_trajectory(
             generator=defense_gen,
         )
         if f > 0:
-            oracle = _oracle(rows, byz, defense, ctx) if Knowledge.ORACLE in granted else None
             actx = AttackContext(
                 own=rows[byz],
                 round=t,
@@ -314,30 +318,39 @@ def run_trajectory(
                 generator=attack_gen,
                 honest=rows[honest] if Knowledge.HONEST in granted else None,
                 reference=-g0 if Knowledge.REFERENCE in granted else None,
-                oracle=oracle,
+                oracle=_oracle(rows, byz, defense, ctx) if Knowledge.ORACLE in granted else None,
             )
             rows = rows.clone()
             rows[byz] = attack(actx).to(rows)
         g = defense(-rows, ctx).vector  # the aggregate of the negated rows (gradient convention)
-        if checks is not None:
-            gf = st.grad(w)
-            dist = _norm(w - st.w_star)
-            root_err = _norm(g0 - gf)
-            checks[t, 0] = _norm(g - gf)
-            checks[t, 1] = 3 * root_err + 2 * _norm(gf)
-            checks[t, 2] = _norm(w - alpha_lemma * gf - st.w_star)
-            checks[t, 3] = lemma2_factor * dist
-            checks[t, 4] = root_err
+        gs[t], g0s[t] = g, g0
         w = w - alpha * g
-        errors[t + 1] = _norm(w - st.w_star)
+        ws[t + 1] = w
         wn = float(_norm(w))
         if not math.isfinite(wn) or wn > limit:
             status, done = "diverged", t + 1
             break
+    ws = ws[: done + 1]
+    errors = _norm(ws - st.w_star)
+    checks = None
+    if check:
+        w_, g_, g0_ = ws[:done], gs[:done], g0s[:done]
+        gf = st.grad(w_)
+        root_err = _norm(g0_ - gf)
+        checks = torch.stack(
+            [
+                _norm(g_ - gf),  # Lemma 1: ||g - grad F(w)||
+                3 * root_err + 2 * _norm(gf),  # <= 3 ||g0 - grad F(w)|| + 2 ||grad F(w)||
+                _norm(w_ - alpha_lemma * gf - st.w_star),  # Lemma 2 at alpha = mu / (2 L^2)
+                lemma2_factor * errors[:done],  # <= sqrt(1 - mu^2 / (4 L^2)) ||w - w*||
+                root_err,  # ||grad f_D0(w) - grad F(w)||
+            ],
+            dim=1,
+        )
     return Trajectory(
-        errors=errors[: done + 1].cpu().numpy(),
+        errors=errors.cpu().numpy(),
         status=status,
-        checks=None if checks is None else checks[:done].cpu().numpy(),
+        checks=None if checks is None else checks.cpu().numpy(),
     )
 
 
@@ -616,10 +629,10 @@ def _run(sc: Scenario, plan: Plan, dev: torch.device, progress: Progress) -> dic
             rate = linear_rate(no_attack.errors)
             for a in plan.attacks:
                 al = C.attack_label(a)
+                tr = no_attack if al == "none" else finals[(al, top, fl_label)]
                 trajectories.append(
                     {"attack": al, "fraction": 0.0 if al == "none" else top, "defense": fl_label,
-                     "seed": seed, "errors": finals[(al, 0.0 if al == "none" else top, fl_label)].errors
-                     if al != "none" else no_attack.errors}
+                     "seed": seed, "errors": tr.errors}
                 )
         per_seed.append(
             {

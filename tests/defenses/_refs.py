@@ -82,7 +82,9 @@ def centered_clipping(rounds: list[np.ndarray], tau: float | None, iterations: i
     return outs
 
 
-def foolsgold_round(history: dict[int, np.ndarray], ids: list[int], u: np.ndarray, kappa: float) -> np.ndarray:
+def foolsgold_round(
+    history: dict[int, np.ndarray], ids: list[int], u: np.ndarray, kappa: float
+) -> np.ndarray:
     """One round of Fung et al.'s Algorithm 1 (self-similarity 0), updating ``history``."""
     for i, row in zip(ids, u, strict=True):
         history[i] = history.get(i, np.zeros_like(row)) + row
@@ -140,7 +142,10 @@ def flame(u: np.ndarray) -> tuple[np.ndarray, list[int]]:
                 c = np.dot(u[i], u[j]) / (np.linalg.norm(u[i]) * np.linalg.norm(u[j]))
                 dist[i, j] = min(2.0, max(0.0, 1 - c))
     labels = HDBSCAN(
-        min_cluster_size=max(2, k // 2 + 1), min_samples=1, metric="precomputed", allow_single_cluster=True,
+        min_cluster_size=max(2, k // 2 + 1),
+        min_samples=1,
+        metric="precomputed",
+        allow_single_cluster=True,
         copy=True,
     ).fit_predict(dist)
     clusters = [lab for lab in labels if lab >= 0]

@@ -26,7 +26,10 @@ from . import _refs as ref
 
 def rows(k: int, p: int, seed: int, scale: float = 1.0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(k, p, generator=g, dtype=torch.float64) + torch.randn(1, p, generator=g, dtype=torch.float64)) * scale
+    return (
+        torch.randn(k, p, generator=g, dtype=torch.float64)
+        + torch.randn(1, p, generator=g, dtype=torch.float64)
+    ) * scale
 
 
 def ctx(f: int, seed: int = 0, **kw) -> DefenseContext:
@@ -151,9 +154,16 @@ def test_weights_stop_at_a_rule_without_weights() -> None:
 @pytest.mark.parametrize("f", [0, 1, 2, 5])
 def test_min_clients(f: int) -> None:
     table = {
-        "krum": 2 * f + 3, "multi_krum": 2 * f + 3, "median": 2 * f + 1, "trimmed_mean": 2 * f + 1,
-        "bulyan": 4 * f + 3, "geometric_median": 2 * f + 1, "centered_clipping": 2 * f + 1, "foolsgold": 1,
-        "flame": 2 * f + 1, "dnc": 2 * f + 1,
+        "krum": 2 * f + 3,
+        "multi_krum": 2 * f + 3,
+        "median": 2 * f + 1,
+        "trimmed_mean": 2 * f + 1,
+        "bulyan": 4 * f + 3,
+        "geometric_median": 2 * f + 1,
+        "centered_clipping": 2 * f + 1,
+        "foolsgold": 1,
+        "flame": 2 * f + 1,
+        "dnc": 2 * f + 1,
     }
     for name, need in table.items():
         rule = D.create(name)

@@ -19,7 +19,9 @@ from . import _refs as ref
 
 def rows(k: int, p: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(k, p, generator=g, dtype=torch.float64) + torch.randn(1, p, generator=g, dtype=torch.float64)
+    return torch.randn(k, p, generator=g, dtype=torch.float64) + torch.randn(
+        1, p, generator=g, dtype=torch.float64
+    )
 
 
 def ctx(f: int, seed: int = 0, **kw) -> DefenseContext:
@@ -31,7 +33,11 @@ def ctx(f: int, seed: int = 0, **kw) -> DefenseContext:
     [
         ("multi_krum", {"selected": 0}, "multi_krum: parameter selected must be an integer >= 1, got 0"),
         ("multi_krum", {"selected": 2.5}, "parameter selected must be an integer >= 1, got 2.5"),
-        ("geometric_median", {"nu": 0.0}, "geometric_median: parameter nu must be a finite number > 0, got 0.0"),
+        (
+            "geometric_median",
+            {"nu": 0.0},
+            "geometric_median: parameter nu must be a finite number > 0, got 0.0",
+        ),
         ("geometric_median", {"max_iter": 0}, "parameter max_iter must be an integer >= 1, got 0"),
         ("centered_clipping", {"tau": -1.0}, "centered_clipping: parameter tau must be a finite number > 0"),
         ("centered_clipping", {"tau": math.inf}, "parameter tau must be a finite number > 0, got inf"),
@@ -67,7 +73,9 @@ def test_refusals_only_where_nothing_can_be_computed() -> None:
     # outside the guarantee, but computable: each still gives an answer
     out = D.create("krum")(u, ctx(3))  # K = 6 < 2*3 + 3; 1 neighbour
     assert out.stats["selected_index"] == ref.krum(u.numpy(), 3)[1]
-    np.testing.assert_allclose(D.create("bulyan")(rows(5, 3, 1), ctx(1)).vector.numpy(), ref.bulyan(rows(5, 3, 1).numpy(), 1))
+    np.testing.assert_allclose(
+        D.create("bulyan")(rows(5, 3, 1), ctx(1)).vector.numpy(), ref.bulyan(rows(5, 3, 1).numpy(), 1)
+    )
     mk = D.create("multi_krum", selected=50)(u, ctx(1))
     assert mk.stats["num_selected"] == 6 and torch.allclose(mk.vector, u.mean(0))
     assert D.create("multi_krum")(u, ctx(9)).stats["num_selected"] == 1  # K - f <= 0: at least one row
@@ -75,8 +83,17 @@ def test_refusals_only_where_nothing_can_be_computed() -> None:
 
 def test_single_row() -> None:
     u = rows(1, 4, 0)
-    for name in ("krum", "multi_krum", "median", "trimmed_mean", "bulyan", "geometric_median", "foolsgold", "flame",
-                 "dnc"):
+    for name in (
+        "krum",
+        "multi_krum",
+        "median",
+        "trimmed_mean",
+        "bulyan",
+        "geometric_median",
+        "foolsgold",
+        "flame",
+        "dnc",
+    ):
         out = D.create(name)(u, ctx(0))
         torch.testing.assert_close(out.vector, u[0], rtol=1e-12, atol=0, msg=name)
 
@@ -92,7 +109,9 @@ def test_non_finite_rows() -> None:
     assert int(out.stats["selected_index"]) in finite and bool(torch.isfinite(out.vector).all())
     # median: NaN sorts as the largest value, like +inf
     as_inf = torch.nan_to_num(bad, nan=math.inf)
-    torch.testing.assert_close(D.create("median")(bad, ctx(2)).vector, D.create("median")(as_inf, ctx(2)).vector)
+    torch.testing.assert_close(
+        D.create("median")(bad, ctx(2)).vector, D.create("median")(as_inf, ctx(2)).vector
+    )
     assert bool(torch.isfinite(D.create("trimmed_mean")(bad, ctx(2)).vector).all())
     # rules that drop non-finite rows: the same as on the finite rows alone, weight 0 on the others
     for name in ("geometric_median", "dnc", "flame", "foolsgold"):
@@ -108,8 +127,18 @@ def test_non_finite_rows() -> None:
 
 def test_zero_rows_and_identical_rows() -> None:
     z = torch.zeros(5, 3, dtype=torch.float64)
-    for name in ("krum", "multi_krum", "median", "trimmed_mean", "bulyan", "geometric_median", "centered_clipping",
-                 "foolsgold", "flame", "dnc"):
+    for name in (
+        "krum",
+        "multi_krum",
+        "median",
+        "trimmed_mean",
+        "bulyan",
+        "geometric_median",
+        "centered_clipping",
+        "foolsgold",
+        "flame",
+        "dnc",
+    ):
         out = D.create(name)(z, ctx(1))
         assert bool((out.vector == 0).all()), name
     same = rows(1, 4, 0).repeat(6, 1)
@@ -149,13 +178,19 @@ def test_foolsgold_histories_under_partial_sharing() -> None:
     rule = D.create("foolsgold")
     history: dict[int, np.ndarray] = {}
     rng = np.random.default_rng(0)
-    for coords, ids in (([0, 1, 4], [0, 1, 2, 3]), ([2, 4, 5], [3, 1, 0, 4]), (list(range(p)), [0, 1, 2, 3, 4])):
+    for coords, ids in (
+        ([0, 1, 4], [0, 1, 2, 3]),
+        ([2, 4, 5], [3, 1, 0, 4]),
+        (list(range(p)), [0, 1, 2, 3, 4]),
+    ):
         u = rng.normal(size=(len(ids), len(coords)))
         full = np.zeros((len(ids), p))
         full[:, coords] = u
         # the reference keeps full-length histories; the aggregate is over the shared coordinates
         expected = ref.foolsgold_round(history, ids, full, 1.0)[coords]
-        out = rule(torch.from_numpy(u), ctx(0, client_ids=torch.tensor(ids), coordinates=torch.tensor(coords)))
+        out = rule(
+            torch.from_numpy(u), ctx(0, client_ids=torch.tensor(ids), coordinates=torch.tensor(coords))
+        )
         np.testing.assert_allclose(out.vector.numpy(), expected, rtol=1e-12, atol=1e-14)
 
 
@@ -191,7 +226,9 @@ def test_stats_values() -> None:
     u = rows(11, 6, 2)
     u[0] *= 50
     out = D.create("flame")(u, ctx(2))
-    assert out.stats["median_norm"] == pytest.approx(float(torch.linalg.vector_norm(u, dim=1).median()), rel=1e-14)
+    assert out.stats["median_norm"] == pytest.approx(
+        float(torch.linalg.vector_norm(u, dim=1).median()), rel=1e-14
+    )
     cc = D.create("centered_clipping")(u, ctx(2))
     assert cc.stats["tau"] == pytest.approx(float(torch.linalg.vector_norm(u, dim=1).median()), rel=1e-14)
     assert cc.stats["clipped_fraction"] == pytest.approx(5 / 11)

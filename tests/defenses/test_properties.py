@@ -20,8 +20,18 @@ from robustfl.testing.defenses import check_defense
 from robustfl.testing.strategies import SCALES, update_matrices, with_byzantine
 from robustfl.types import DefenseContext
 
-RULES = ["krum", "multi_krum", "median", "trimmed_mean", "bulyan", "geometric_median", "centered_clipping",
-         "foolsgold", "flame", "dnc"]
+RULES = [
+    "krum",
+    "multi_krum",
+    "median",
+    "trimmed_mean",
+    "bulyan",
+    "geometric_median",
+    "centered_clipping",
+    "foolsgold",
+    "flame",
+    "dnc",
+]
 COMPOSED: dict[str, dict[str, Any]] = {
     "nnm+krum": {"name": "krum", "pre": ["nnm"]},
     "bucketing+median": {"name": "median", "pre": [{"name": "bucketing", "size": 2}]},
@@ -54,12 +64,20 @@ def test_declared_properties() -> None:
     equi = {"translation_equivariant", "scale_equivariant"}
     sel = {"permutation_invariant", "convex_combination", "coordinate_bounded"} | equi
     expected = {
-        "krum": sel, "multi_krum": sel, "geometric_median": sel, "dnc": sel,
+        "krum": sel,
+        "multi_krum": sel,
+        "geometric_median": sel,
+        "dnc": sel,
         "median": {"permutation_invariant", "coordinate_bounded"} | equi,
         "trimmed_mean": {"permutation_invariant", "coordinate_bounded"} | equi,
         "bulyan": {"coordinate_bounded"} | equi,
         "centered_clipping": {"permutation_invariant", "scale_equivariant"},
-        "foolsgold": {"permutation_invariant", "scale_equivariant", "convex_combination", "coordinate_bounded"},
+        "foolsgold": {
+            "permutation_invariant",
+            "scale_equivariant",
+            "convex_combination",
+            "coordinate_bounded",
+        },
         "flame": {"permutation_invariant", "scale_equivariant"},
     }
     for name, props in expected.items():
@@ -84,7 +102,9 @@ def test_bulyan_permutation_invariant_when_no_pick_ties_structurally(f: int) -> 
 def _honest_and_f(draw: Any, min_k: Callable[[int], int]) -> tuple[torch.Tensor, torch.Tensor, int]:
     f = draw(st.integers(0, 4))
     h_min = min_k(f) - f
-    honest = draw(update_matrices(min_k=h_min, max_k=h_min + 4, min_p=1, max_p=6, scale=draw(st.sampled_from(SCALES))))
+    honest = draw(
+        update_matrices(min_k=h_min, max_k=h_min + 4, min_p=1, max_p=6, scale=draw(st.sampled_from(SCALES)))
+    )
     rows, honest_idx = draw(with_byzantine(honest, f))
     return rows, honest_idx, f
 

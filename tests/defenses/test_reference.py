@@ -44,7 +44,9 @@ def assert_rel(ours: torch.Tensor, expected: np.ndarray, rtol: float = 1e-6) -> 
     exp = np.asarray(expected, dtype=np.float64)
     got = ours.detach().to(torch.float64).numpy()
     err = float(np.max(np.abs(got - exp))) if exp.size else 0.0
-    assert err <= rtol * float(np.max(np.abs(exp))), f"max error {err:.3e} vs max |ref| {np.max(np.abs(exp)):.3e}"
+    assert err <= rtol * float(np.max(np.abs(exp))), (
+        f"max error {err:.3e} vs max |ref| {np.max(np.abs(exp)):.3e}"
+    )
 
 
 @pytest.mark.parametrize(("k", "p", "f", "scale", "seed"), list(cases()))
@@ -92,7 +94,11 @@ def test_geometric_median_objective_matches_scipy(k: int, p: int, f: int, scale:
         return float(d.sum()), (diff / np.maximum(d, 1e-300)[:, None]).sum(0)
 
     start = v.mean(0)
-    runs = [scipy.optimize.minimize(fun, start, jac=True, method="BFGS", options={"gtol": 1e-12, "maxiter": 10_000})]
+    runs = [
+        scipy.optimize.minimize(
+            fun, start, jac=True, method="BFGS", options={"gtol": 1e-12, "maxiter": 10_000}
+        )
+    ]
     if p <= 6:  # the optimum may sit on a kink (a data point, always for P = 1): add a derivative-free run
         opts = {"xatol": 1e-13, "fatol": 1e-15, "maxiter": 20_000, "maxfev": 40_000}
         runs.append(scipy.optimize.minimize(lambda z: fun(z)[0], start, method="Nelder-Mead", options=opts))
@@ -112,7 +118,10 @@ def test_centered_clipping_two_rounds(scale: float, tau: float | None, iteration
     for u, exp in zip(rounds, expected, strict=True):
         assert_rel(rule(torch.from_numpy(u), ctx(2)).vector, exp, rtol=1e-12)
     rule.reset()
-    assert_rel(rule(torch.from_numpy(rounds[1]), ctx(2)).vector, ref.centered_clipping(rounds[1:], rule.tau, iterations)[0])
+    assert_rel(
+        rule(torch.from_numpy(rounds[1]), ctx(2)).vector,
+        ref.centered_clipping(rounds[1:], rule.tau, iterations)[0],
+    )
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -124,9 +133,15 @@ def test_foolsgold_three_rounds_with_changing_participants(scale: float, kappa: 
     rule = D.create("foolsgold", kappa=kappa)
     history: dict[int, np.ndarray] = {}
     for ids in ([0, 1, 2, 3, 4, 5, 6], [6, 2, 7, 0, 3], [1, 7, 3, 5, 4, 0]):
-        u = np.stack([
-            (sybil + 0.01 * rng.normal(size=12)) if i in (5, 6, 7) else base + rng.normal(size=12) for i in ids
-        ]) * scale
+        u = (
+            np.stack(
+                [
+                    (sybil + 0.01 * rng.normal(size=12)) if i in (5, 6, 7) else base + rng.normal(size=12)
+                    for i in ids
+                ]
+            )
+            * scale
+        )
         expected = ref.foolsgold_round(history, ids, u, kappa)
         out = rule(torch.from_numpy(u), ctx(0, client_ids=torch.tensor(ids)))
         assert_rel(out.vector, expected, rtol=1e-10)
@@ -136,7 +151,9 @@ def test_foolsgold_three_rounds_with_changing_participants(scale: float, kappa: 
 
 @pytest.mark.parametrize(("k", "p", "f", "scale", "seed"), list(cases()))
 @pytest.mark.parametrize(("subsample", "c"), [(10_000, 1.0), (3, 1.5)])
-def test_dnc_matches_numpy_transcription(k: int, p: int, f: int, scale: float, seed: int, subsample: int, c: float) -> None:
+def test_dnc_matches_numpy_transcription(
+    k: int, p: int, f: int, scale: float, seed: int, subsample: int, c: float
+) -> None:
     u = bank(k, p, f, scale, seed)
     g = torch.Generator().manual_seed(seed)
     subsets = [torch.sort(torch.randperm(p, generator=g)[:subsample]).values.numpy() for _ in range(5)]
@@ -199,8 +216,18 @@ def test_trimmed_mean_trims_exactly_f_where_scipy_would_not() -> None:
 
 def test_float32_in_float32_out_close_to_float64() -> None:
     u = bank(11, 30, 2, 1.0, 2)
-    for name in ("krum", "multi_krum", "median", "trimmed_mean", "bulyan", "geometric_median", "centered_clipping",
-                 "foolsgold", "flame", "dnc"):
+    for name in (
+        "krum",
+        "multi_krum",
+        "median",
+        "trimmed_mean",
+        "bulyan",
+        "geometric_median",
+        "centered_clipping",
+        "foolsgold",
+        "flame",
+        "dnc",
+    ):
         a = D.create(name)(torch.from_numpy(u), ctx(2)).vector
         b = D.create(name)(torch.from_numpy(u).float(), ctx(2)).vector
         assert b.dtype == torch.float32 and a.dtype == torch.float64

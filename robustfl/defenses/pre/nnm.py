@@ -36,8 +36,13 @@ def mixing_matrix(dist: Distances, m: int) -> Tensor:
 class NNM(Pre):
     name: ClassVar[str] = "nnm"
     preserves: ClassVar[frozenset[str]] = frozenset(
-        {"permutation_invariant", "translation_equivariant", "scale_equivariant", "convex_combination",
-         "coordinate_bounded"}
+        {
+            "permutation_invariant",
+            "translation_equivariant",
+            "scale_equivariant",
+            "convex_combination",
+            "coordinate_bounded",
+        }
     )
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, Pullback]:
