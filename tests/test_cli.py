@@ -43,6 +43,11 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["matrix", "quick", "--seeds", "a,b"], "--seeds must be comma-separated integers"),
         (["run", "quick", "--plugin", "no_such_module_xyz"], "cannot import module"),
         (["frobnicate"], "invalid choice"),
+        (["run", "quick", "--attack", "fltrust_adaptive", "--set", "threat.knowledge=\"honest\""],
+         "attack 'fltrust_adaptive' needs reference knowledge"),
+        (["matrix", "quick", "--attacks", "optimal", "--set", "threat.knowledge=\"honest\""],
+         "attack 'optimal' needs oracle knowledge"),
+        (["run", "quick", "--attack", "label_flip", "--set", "task.name=\"ridge\""], "label_flip"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv: list[str], needle: str | None,

@@ -67,7 +67,8 @@ def test_first_round_sign_check() -> None:
     rows = theta - w
     delta = rows.mean(0)
     ids = torch.arange(k)
-    w_new = alg.server_step(w, delta, rows=rows, ids=ids, valid=torch.ones(k, dtype=torch.bool), server_lr=1.0)
+    all_valid = torch.ones(k, dtype=torch.bool)
+    w_new = alg.server_step(w, delta, rows=rows, ids=ids, valid=all_valid, server_lr=1.0)
     mean_delta = (theta - w).mean(0)
     torch.testing.assert_close(alg.h, -alpha * mean_delta, rtol=0, atol=1e-14)
     torch.testing.assert_close(w_new, theta.mean(0) + mean_delta, rtol=0, atol=1e-14)
@@ -80,7 +81,7 @@ def test_first_round_sign_check() -> None:
 
 
 def test_robust_aggregate_uses_theta_bar() -> None:
-    """With A(U) = delta, h <- h - alpha |R|/K_total delta and w_new = w + delta - h/alpha (K_total = 6, |R| = 2)."""
+    """A(U) = delta: h <- h - alpha |R|/K_total delta, w_new = w + delta - h/alpha (K_total = 6, |R| = 2)."""
     alpha, p = 0.5, 3
     alg = _setup(alpha, 6, p)
     w, rows = _rand(2, p), _rand(3, 3, p)
@@ -134,7 +135,8 @@ def test_new_client_starts_at_zero_and_absent_state_is_frozen() -> None:
     torch.testing.assert_close(term[1], alpha * (theta[1] - w1), rtol=0, atol=0)
     torch.testing.assert_close(term[0], -g_after_0[1] + alpha * (theta[0] - w1), rtol=0, atol=1e-15)
     rows1 = _rand(11, 2, p)
-    alg.server_step(w1, rows1.mean(0), rows=rows1, ids=ids1, valid=torch.ones(2, dtype=torch.bool), server_lr=1.0)
+    alg.server_step(w1, rows1.mean(0), rows=rows1, ids=ids1, valid=torch.ones(2, dtype=torch.bool),
+                    server_lr=1.0)
     torch.testing.assert_close(alg.g[3], -alpha * rows1[1], rtol=0, atol=0)
     torch.testing.assert_close(alg.g[1], g_after_0[1] - alpha * rows1[0], rtol=0, atol=1e-15)
     assert torch.equal(alg.g[0], g_after_0[0])  # absent: frozen, never decayed
@@ -242,7 +244,8 @@ def test_heterogeneous_quadratics_feddyn_unbiased_where_fedavg_is_biased() -> No
 def test_ten_percent_participation_converges_with_absent_states_frozen() -> None:
     sc = robustfl.load_scenario({
         "task": {"name": "ridge", "dim": 10, "samples_per_client": 20},
-        "federation": {"clients": 100, "rounds": 200, "local_steps": 5, "local_lr": 0.1, "participation": 0.1},
+        "federation": {"clients": 100, "rounds": 200, "local_steps": 5, "local_lr": 0.1,
+                       "participation": 0.1},
         "algorithm": {"name": "feddyn", "alpha": 1.0},
         "threat": {"byzantine": 0},
         "server": {"root_size": 0},
@@ -303,8 +306,9 @@ def test_state_memory_is_refused_not_oom(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_server_lr_other_than_one_is_refused() -> None:
     alg = _setup(0.1, 2, 2)
     with pytest.raises(ConfigError, match="server_lr must be 1"):
-        alg.server_step(torch.zeros(2, dtype=F64), torch.zeros(2, dtype=F64), rows=torch.zeros(2, 2, dtype=F64),
-                        ids=torch.arange(2), valid=torch.ones(2, dtype=torch.bool), server_lr=0.5)
+        zero = torch.zeros(2, dtype=F64)
+        alg.server_step(zero, zero, rows=torch.zeros(2, 2, dtype=F64), ids=torch.arange(2),
+                        valid=torch.ones(2, dtype=torch.bool), server_lr=0.5)
     with pytest.raises(ConfigError, match="server_lr"):
         _scenario(federation={"server_lr": 0.5})
 

@@ -409,12 +409,21 @@ def _env(paths: list[Path]) -> dict[str, str]:
     return env
 
 
+# pip can build offline without build isolation when setuptools builds wheels itself (>= 70.1) or
+# the wheel package is there
+_CAN_BUILD = (
+    "import importlib.metadata as md, importlib.util as u, sys\n"
+    "if not (u.find_spec('pip') and u.find_spec('setuptools')): sys.exit(1)\n"
+    "v = tuple(int(x) for x in md.version('setuptools').split('.')[:2] if x.isdigit())\n"
+    "sys.exit(0 if v >= (70, 1) or u.find_spec('wheel') else 1)\n"
+)
+
+
 def _install(pkg: Path, target: Path) -> subprocess.Popen[str] | None:
-    """Start an offline pip install of ``pkg`` into ``target``; None when pip or setuptools is missing."""
-    probe = subprocess.run([sys.executable, "-c", "import pip, setuptools"], capture_output=True)
-    if probe.returncode != 0:
+    """Start an offline pip install of ``pkg`` into ``target``; None when this Python cannot build it."""
+    if subprocess.run([sys.executable, "-c", _CAN_BUILD], capture_output=True).returncode != 0:
         return None
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-cache-dir",
            "--no-build-isolation", "--target", str(target), str(pkg)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env([]))
 

@@ -162,10 +162,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from torch import Tensor
-
 from robustfl.errors import ParameterError
 from robustfl.types import AttackContext, Knowledge
+from torch import Tensor
 
 __all__ = ["${cls}"]
 
@@ -204,10 +203,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from robustfl.errors import ParameterError
 from robustfl.testing import check_attack, make_context
 from robustfl.types import Knowledge
+
 from ${module} import ${cls}
 
 
@@ -266,10 +265,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from torch import Tensor
-
 from robustfl.errors import InputError, ParameterError
 from robustfl.types import Aggregate, DefenseContext
+from torch import Tensor
 
 __all__ = ["${cls}"]
 
@@ -330,10 +328,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from robustfl.errors import ParameterError
 from robustfl.testing import check_defense
 from robustfl.types import DefenseContext
+
 from ${module} import ${cls}
 
 

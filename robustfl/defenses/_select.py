@@ -5,15 +5,16 @@ Distances come from ONE Gram matrix (``_util.sq_distances``) in the input dtype.
 ``eps (|u_i|^2 + |u_j|^2) sqrt(P)`` (measured: below ~0.5 sqrt(P) + 4 in those units; we allow
 ``4 + 2 sqrt(P)``), which swamps the distance itself when the rows are close relative to their
 norms (a large common offset). :func:`select_lowest` therefore treats every Krum score as an
-interval; rows whose interval straddles the selection boundary are re-scored in float64 from
-direct differences (chunked over coordinates, never a (K, K, P) temporary) and ranked by
+interval; rows whose interval straddles the selection boundary are re-scored in float64 from the
+Gram matrix of the rows centred at one of them (``Distances.refined``: one float64 GEMM, chunked
+over coordinates, never a (K, K, P) temporary, cached across Bulyan's picks) and ranked by
 (score, index). Rows with non-finite entries score +inf and rank after every finite row.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -27,31 +28,44 @@ from ._util import sq_distances
 _CHUNK = 1 << 16
 
 
-@dataclass(frozen=True)
+@dataclass
 class Distances:
     """The rows, their (K, K) squared Gram distances (non-finite -> +inf), float64 squared norms."""
 
     updates: Tensor
     sq: Tensor
     norms2: Tensor
-    bad: Tensor  # rows with a non-finite entry
+    bad: Tensor  # rows with a non-finite entry (or a norm that overflows the dtype)
+    _refined: Tensor | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, updates: Tensor) -> Distances:
         sq = sq_distances(updates)
         sq = torch.where(torch.isfinite(sq), sq, torch.full_like(sq, math.inf))
-        norms = torch.linalg.vector_norm(updates, dim=1, dtype=torch.float64)
+        # norms in the input dtype (a float64 reduction is ~15x slower on CPU): they only size
+        # the error bounds, and a row whose norm overflows is at +inf distance in sq anyway
+        norms = torch.linalg.vector_norm(updates, dim=1).to(torch.float64)
         return cls(updates, sq, norms.square(), ~torch.isfinite(norms))
 
-    def exact(self, rows: Tensor, cols: Tensor) -> Tensor:
-        """float64 squared distances rows x cols from direct differences; non-finite -> +inf."""
-        u = self.updates
-        out = torch.zeros(len(rows), len(cols), dtype=torch.float64, device=u.device)
-        for start in range(0, u.shape[1], _CHUNK):  # coordinate blocks: bounded memory
-            a = u[rows, start : start + _CHUNK].to(torch.float64)
-            b = u[cols, start : start + _CHUNK].to(torch.float64)
-            out += torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square()
-        return torch.where(torch.isfinite(out), out, torch.full_like(out, math.inf))
+    def refined(self, centre: int) -> Tensor:
+        """float64 (K, K) squared distances from the float64 Gram matrix of the rows centred at
+        row ``centre`` (a finite row among those being compared), computed once and cached.
+
+        Centring removes the common offset that ruins the plain Gram formula: the remaining error
+        is ~eps64 sqrt(P) (|u_i - c|^2 + |u_j - c|^2). One float64 GEMM, chunked over coordinates.
+        """
+        if self._refined is None:
+            u = self.updates
+            c = u[centre].to(torch.float64)
+            g = torch.zeros(u.shape[0], u.shape[0], dtype=torch.float64, device=u.device)
+            for start in range(0, u.shape[1], _CHUNK):
+                block = u[:, start : start + _CHUNK].to(torch.float64) - c[start : start + _CHUNK]
+                g += block @ block.T
+            g = (g + g.T) / 2
+            d = torch.diagonal(g)
+            sq = (d[:, None] + d[None, :] - 2 * g).clamp_(min=0).fill_diagonal_(0)
+            self._refined = torch.where(torch.isfinite(sq), sq, torch.full_like(sq, math.inf))
+        return self._refined
 
 
 def krum_neighbours(pool_size: int, f: int) -> int:
@@ -92,8 +106,8 @@ def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor
             surely_precede = (hi[None, :] < lo[:, None]).sum(1)
             amb = idx[(may_precede >= m) & (surely_precede < m)]
             need = m - int((may_precede < m).sum())  # slots left after the rows surely selected
-            if 0 < need < len(amb):  # the choice depends on rounding: re-score those rows exactly
-                exact = dist.exact(pool[amb], pool)
+            if 0 < need < len(amb):  # the choice depends on rounding: re-score those rows in float64
+                exact = dist.refined(int(pool[amb[0]]))[pool[amb]][:, pool]
                 exact[torch.arange(len(amb), device=exact.device), amb] = math.inf  # not itself
                 scores[amb] = torch.topk(exact, n, dim=1, largest=False).values.sum(1)
     key = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
@@ -189,3 +203,24 @@ def gram64(rows: Tensor) -> Tensor:
             block = rows[:, start : start + _CHUNK].to(torch.float64)
             g += block @ block.T
     return (g + g.T) / 2
+
+
+def sq_dist_to(rows: Tensor, z: Tensor) -> Tensor:
+    """float64 ``||rows_k - z||^2`` by direct differences, chunked over coordinates (no (K, P) temp)."""
+    out = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
+    for start in range(0, rows.shape[1], _CHUNK):
+        block = rows[:, start : start + _CHUNK].to(torch.float64) - z[start : start + _CHUNK].to(
+            torch.float64
+        )
+        out += block.square().sum(1)
+    return out
+
+
+def combine(updates: Tensor, weights: Tensor, all_finite: bool) -> Tensor:
+    """``sum_k w_k u_k`` in the input dtype; rows with zero weight never touch the result (0 * inf
+    would be NaN), at the cost of a copy of the weighted rows only when some row is non-finite."""
+    w = weights.to(updates.dtype)
+    if all_finite:
+        return w @ updates
+    used = torch.nonzero(w).flatten()
+    return w[used] @ updates[used]

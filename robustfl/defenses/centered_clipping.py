@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, median_value, require_int, require_number
-from ._util import check_updates, row_norms
+from ._select import Rule, combine, median_value, require_int, require_number, sq_dist_to
+from ._util import check_updates
 
 
 @dataclass
@@ -65,18 +65,16 @@ class CenteredClipping(Rule):
         v = self._start(p, ctx.coordinates, updates)
         tau, clipped = self.tau, 0.0
         for it in range(self.iterations):
-            diff = updates - v
-            d = row_norms(diff)
-            ok = torch.isfinite(d)
+            d = sq_dist_to(updates, v).sqrt()  # ||u_k - v||, direct differences, no (K, P) temp
+            finite = torch.isfinite(d)
             if tau is None:
                 tau = median_value(d)
             scale = torch.where(d > tau, tau / d, torch.ones_like(d))
             if it == 0:
                 clipped = float((d > tau).sum()) / k
-            if not bool(ok.all()):
-                diff = torch.where(ok[:, None], diff, torch.zeros_like(diff))
-                scale = torch.where(ok, scale, torch.zeros_like(scale))
-            v = v + (scale.to(updates.dtype) @ diff) / k
+            scale = torch.where(finite, scale, torch.zeros_like(scale))
+            # v + (1/K) sum_k c_k (u_k - v) = v + (c^T U - (sum c) v) / K
+            v = v + (combine(updates, scale, bool(finite.all())) - scale.sum().to(v.dtype) * v) / k
         if ctx.coordinates is None:
             assert self._v is not None
             self._v[:p] = v

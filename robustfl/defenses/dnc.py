@@ -4,7 +4,9 @@ For each of ``iterations`` (default 5) rounds of the filter:
 1. ``r``: b = min(``subsample``, P) coordinates drawn without replacement --
    ``torch.randperm(P, generator=ctx.generator)[:b]``, sorted (one draw per iteration, in order);
 2. ``R = U[:, r]`` (float64), centred: ``C = R - mean_k R``;
-3. ``v`` = top right singular vector of C (``torch.linalg.svd``); outlier scores ``s_k = <C_k, v>^2``;
+3. ``v`` = top right singular vector of C; outlier scores ``s_k = <C_k, v>^2``, computed as
+   ``sigma_1^2 a_k^2`` with (sigma_1^2, a) the top eigenpair of the K x K matrix ``C C^T``
+   (the same numbers as the SVD, ~10x cheaper);
 4. keep the K - floor(c f) rows with the smallest scores (ties: lower index), f = f-hat,
    ``c`` default 1.0; at least one row is kept.
 The good set is the intersection over the iterations; the output is its mean (weights 1/|good|),
@@ -25,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, f_hat, generator_for, require_int, require_number
+from ._select import Rule, combine, f_hat, generator_for, require_int, require_number
 from ._util import check_updates, row_norms
 
 
@@ -56,17 +58,18 @@ class DnC(Rule):
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.name)
         k, p = updates.shape
-        ok = torch.nonzero(torch.isfinite(row_norms(updates))).flatten()
-        rows, n = updates[ok], len(ok)
+        finite = torch.isfinite(row_norms(updates))
+        ok = torch.nonzero(finite).flatten()
+        n = len(ok)
         keep_n = max(1, n - math.floor(self.c * f_hat(ctx) + 1e-9))
         good = torch.ones(n, dtype=torch.bool, device=updates.device)
         g = generator_for(ctx)
         for _ in range(self.iterations if n else 0):
             r = torch.sort(torch.randperm(p, generator=g, device=g.device)[: self.subsample]).values
-            sub = rows[:, r.to(updates.device)].to(torch.float64)
+            sub = updates[:, r.to(updates.device)][ok].to(torch.float64)
             centred = sub - sub.mean(0)
-            top = torch.linalg.svd(centred, full_matrices=False).Vh[0]
-            scores = (centred @ top).square()
+            lam, vecs = torch.linalg.eigh(centred @ centred.T)  # <C_k, v>^2 = sigma_1^2 u_k^2
+            scores = lam[-1].clamp(min=0) * vecs[:, -1].square()
             keep = torch.zeros_like(good)
             keep[torch.sort(scores, stable=True).indices[:keep_n]] = True
             good &= keep
@@ -75,5 +78,5 @@ class DnC(Rule):
         vector = torch.zeros(p, dtype=updates.dtype, device=updates.device)
         if len(kept):
             weights[kept] = 1.0 / len(kept)
-            vector = updates[kept].mean(0)
+            vector = combine(updates, weights, bool(finite.all()))
         return Aggregate(vector, weights, {"num_kept": float(len(kept))})

@@ -29,7 +29,7 @@ from sklearn.cluster import HDBSCAN
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, generator_for, gram64, median_value, require_number
+from ._select import Rule, combine, generator_for, gram64, median_value, require_number
 from ._util import check_updates, row_norms
 
 
@@ -71,9 +71,11 @@ class Flame(Rule):
         check_updates(updates, self.name)
         k, p = updates.shape
         norms = row_norms(updates)
-        ok = torch.nonzero(torch.isfinite(norms)).flatten()
-        rows, n = updates[ok], norms[ok]
-        cos = gram64(rows) / (n[:, None] * n[None, :])
+        finite = torch.isfinite(norms)
+        ok = torch.nonzero(finite).flatten()
+        all_finite = bool(finite.all())
+        n = norms[ok]
+        cos = gram64(updates if all_finite else updates[ok]) / (n[:, None] * n[None, :])
         cos = torch.nan_to_num(cos, nan=0.0, posinf=0.0, neginf=0.0)  # a zero row: distance 1
         dist = (1 - cos).clamp(0.0, 2.0).fill_diagonal_(0.0)
         mask = majority_cluster(dist.cpu().numpy())
@@ -84,8 +86,9 @@ class Flame(Rule):
         vector = torch.zeros(p, dtype=updates.dtype, device=updates.device)
         if len(kept):
             nk = norms[kept]
-            scale = torch.where(nk > median, median / nk, torch.ones_like(nk)) / len(kept)
-            vector = scale.to(updates.dtype) @ updates[kept]
+            share = torch.zeros(k, dtype=torch.float64, device=updates.device)
+            share[kept] = torch.where(nk > median, median / nk, torch.ones_like(nk)) / len(kept)
+            vector = combine(updates, share, all_finite)
             weights[kept] = 1.0 / len(kept)
         if self.noise > 0:
             g = generator_for(ctx)

@@ -7,7 +7,7 @@ row norm (so ``nu``, default 1e-6, is scale-free), until ``||z_new - z|| <= tol 
 ``max_iter`` (default 1000) iterations. Each iteration needs only ``U z`` and ``beta^T U``: distances
 come from ``||u_k||^2 - 2<u_k, z> + ||z||^2``; a row where that expansion's rounding error
 (~eps sqrt(P) (||u_k||^2 + ||z||^2)) could exceed 1e-7 of the distance is measured directly
-instead (always the case in float32).
+instead, by chunked direct differences (always the case in float32).
 
 Weights: ``beta / sum(beta)`` of the last step (so the output is exactly that convex combination).
 Rows with non-finite entries are left out (weight 0, stat ``excluded``); if none is left the
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, require_int, require_number
+from ._select import Rule, require_int, require_number, sq_dist_to
 from ._util import check_updates, row_norms
 
 
@@ -72,8 +72,10 @@ class GeometricMedian(Rule):
             z2 = float(torch.linalg.vector_norm(z, dtype=torch.float64)) ** 2
             d2 = (n2 - 2 * (rows @ z).to(torch.float64) + z2).clamp_(min=0)
             unsure = rounding * (n2 + z2) > 1e-7 * d2
-            if bool(unsure.any()):
-                d2[unsure] = row_norms(rows[unsure] - z).square()
+            if bool(unsure.all()):
+                d2 = sq_dist_to(rows, z)
+            elif bool(unsure.any()):
+                d2[unsure] = sq_dist_to(rows[unsure], z)
             beta = 1.0 / d2.sqrt().clamp(min=floor)
             w = beta / beta.sum()
             z_new = w.to(updates.dtype) @ rows

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
-from ._select import Distances, Rule, f_hat, krum_neighbours, require_int, select_lowest
+from ._select import Distances, Rule, combine, f_hat, krum_neighbours, require_int, select_lowest
 from ._util import check_updates
 from .krum import score_gap
 
@@ -54,6 +54,6 @@ class MultiKrum(Rule):
         sel, scores, tied = select_lowest(dist, pool, krum_neighbours(k, f), m)
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
         weights[sel] = 1.0 / m
-        vector = updates[torch.sort(sel).values].mean(0)
+        vector = combine(updates, weights, not bool(dist.bad.any()))
         stats = {"num_selected": float(m), "score_gap": score_gap(scores), "tie_break": float(tied)}
         return Aggregate(vector, weights, stats)

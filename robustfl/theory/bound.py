@@ -27,9 +27,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -477,162 +481,287 @@ def _inside(name: str, defense: Any, k: int, f: int, f_hat: int) -> bool:
     return f <= f_hat and C.admits(defense, k, f_hat)
 
 
+@dataclass(frozen=True)
+class Job:
+    """One trajectory: a seed, an attack, a defense, a fraction, and the root set -- the scenario's
+    (``root`` None) or fresh draw ``draw`` of ``size`` samples (the floor sweep)."""
+
+    seed: int
+    attack: Any
+    defense: Any
+    fraction: float
+    root: tuple[int, int] | None = None
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.seed, self.attack, self.defense, self.fraction, self.root], sort_keys=True)
+
+
+def _canonical(plan: Plan, job: Job) -> Job:
+    """The job that computes the same trajectory: with no Byzantine row (f = 0) or attack "none"
+    every attack replays "none"; FLTrust ignores f-hat, so under "none" one fraction serves all."""
+    if plan.byzantine(job.fraction) > 0 and C.spec_name(job.attack) != "none":
+        return job
+    fraction = plan.fractions[0] if C.spec_name(job.defense) == FLTRUST else job.fraction
+    return Job(job.seed, "none", job.defense, fraction, job.root)
+
+
+_SETTINGS: dict[str, Setting] = {}
+
+
+def _setting(sc: Scenario, seed: int, device: str) -> Setting:
+    key = json.dumps([sc.hash(), seed, device, sc.base_dir])
+    if key not in _SETTINGS:
+        if len(_SETTINGS) > 8:
+            _SETTINGS.clear()
+        _SETTINGS[key] = Setting.build(sc, seed, torch.device(device))
+    return _SETTINGS[key]
+
+
+def execute(sc: Scenario, plan: Plan, job: Job, device: str = "cpu") -> tuple[Trajectory, bool]:
+    """Run one job (in this process or a worker): its trajectory and whether the rule's guarantee
+    covers its fraction. The lemma checks are computed on FLTrust's trajectories only."""
+    st = _setting(sc, job.seed, device)
+    cs = st.constants(plan.alpha)
+    f = plan.byzantine(job.fraction)
+    f_hat = plan.assumed_count(f)
+    defense = C.build_defense(job.defense)
+    is_fl = C.spec_name(job.defense) == FLTRUST
+    root = st.root if job.root is None else st.draw_root(*job.root)
+    tag = "sweep" if job.root is None else f"floor:{job.root[0]}:{job.root[1]}"
+    alabel = C.attack_label(job.attack)
+    traj = run_trajectory(
+        st,
+        C.build_attack(job.attack),
+        defense,
+        f=f,
+        f_hat=f_hat,
+        alpha=cs.alpha,
+        alpha_lemma=cs.alpha_lemma,
+        lemma2_factor=cs.lemma2_factor,
+        rounds=plan.rounds,
+        root=root,
+        attack_gen=C.named_generator(job.seed, f"bound:attack:{alabel}:{job.fraction}:{tag}"),
+        defense_gen=C.named_generator(job.seed, f"bound:defense:{job.fraction}:{tag}"),
+        granted=Knowledge.grant(plan.knowledge),
+        check=is_fl,
+    )
+    return traj, _inside(C.spec_name(job.defense), defense, st.num_clients, f, f_hat)
+
+
+def _init_worker(threads: int, plugins: Sequence[str]) -> None:
+    torch.set_num_threads(threads)
+    if plugins:
+        from ..registry import load_plugin
+
+        for spec in plugins:
+            load_plugin(spec)
+
+
+class _Inline:
+    """An executor that runs each job when it is submitted (workers = 1)."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as exc:  # handed to the caller through the future
+            fut.set_exception(exc)
+        return fut
+
+    def shutdown(self, cancel_futures: bool = False) -> None:
+        return None
+
+
+def _mp_context() -> Any:
+    """Workers fork from a server that has imported this module (and torch) once; else spawn."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["robustfl.theory.bound"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def default_workers(plan: Plan, device: str) -> int:
+    """Processes for the trajectories: 1 for small plans or a GPU, else the usable cores (at most 8)."""
+    if device != "cpu":
+        return 1
+    runs = len(plan.seeds) * plan.rounds * (
+        len(plan.attacks) * len(plan.fractions) * len(plan.defenses)
+        + len(plan.root_sizes) * floor_draws(plan.draws)
+    )
+    if runs < 40_000:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
 def run_bound(
     scenario: Scenario | str | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     *,
     device: str = "cpu",
+    workers: int | None = None,
+    plugins: Sequence[str] = (),
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Run every check of ``robustfl bound`` and return the report (JSON-ready, non-finite -> null)."""
+    """Run every check of ``robustfl bound`` and return the report (JSON-ready, non-finite -> null).
+
+    ``workers`` processes share the trajectories (default :func:`default_workers`); every
+    trajectory has its own named generators, so the report does not depend on it."""
     if scenario is None or isinstance(scenario, str):
         sc = load_scenario(scenario or DEFAULT_SCENARIO, overrides)
     else:
         sc = scenario
     plan = Plan.of(sc)
-    dev = torch.device(device)
     for spec in plan.attacks:  # validate every component before round 1
         C.check_knowledge(C.build_attack(spec), C.attack_label(spec), plan.knowledge)
     for spec in plan.defenses:
         C.build_defense(spec)
+    if workers is not None and workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    n_workers = default_workers(plan, device) if workers is None else workers
     threads = torch.get_num_threads()
     torch.set_num_threads(plan.threads)
     start = time.perf_counter()
+    pool: Any = _Inline()
+    if n_workers > 1:
+        pool = ProcessPoolExecutor(
+            max_workers=n_workers,
+            mp_context=_mp_context(),
+            initializer=_init_worker,
+            initargs=(plan.threads, tuple(plugins)),
+        )
     try:
-        report = _run(sc, plan, dev, progress or (lambda stage, done, total: None))
+        report = _run(sc, plan, device, pool, n_workers, progress or (lambda stage, done, total: None))
     finally:
+        pool.shutdown(cancel_futures=True)
         torch.set_num_threads(threads)
     report["elapsed_s"] = time.perf_counter() - start
+    report["settings"]["workers"] = n_workers
     return to_json(report)
 
 
-def _run(sc: Scenario, plan: Plan, dev: torch.device, progress: Progress) -> dict[str, Any]:
-    granted = Knowledge.grant(plan.knowledge)
+def _run(sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progress: Progress) -> dict[str, Any]:
     k = plan.clients
+    fl_spec = plan.defenses[0]
+    fl_label = C.defense_label(fl_spec)
+    top = max(plan.fractions)
+    n_floor = floor_draws(plan.draws)
+    labels = [C.attack_label(a) for a in plan.attacks]
+
+    # the sweep's jobs, deduplicated; FLTrust at the top fraction first (the floor sweep waits on them)
+    wanted: list[Job] = [
+        Job(seed, a, d, x) for seed in plan.seeds for a in plan.attacks for x in plan.fractions for d in plan.defenses
+    ]
+    queue: list[Job] = []
+    seen: set[str] = set()
+    for job in wanted:
+        cj = _canonical(plan, job)
+        if cj.key not in seen:
+            seen.add(cj.key)
+            queue.append(cj)
+    queue.sort(key=lambda j: not (j.fraction == top and C.spec_name(j.defense) == FLTRUST))
+    total = len(queue) + len(plan.seeds) * len(plan.root_sizes) * (n_floor + 1)
+    results: dict[str, tuple[Trajectory, bool]] = {}
+    strongest: dict[int, Any] = {}
+    done = 0
+
+    def trigger(seed: int) -> list[Job]:
+        """Once FLTrust's top-fraction runs of a seed are in: its strongest attack and floor jobs."""
+        if seed in strongest:
+            return []
+        tops = [_canonical(plan, Job(seed, a, fl_spec, top)).key for a in plan.attacks[1:]]
+        if any(t not in results for t in tops):
+            return []
+        if not tops:
+            strongest[seed] = "none"
+        else:
+            errs = [results[t][0].final_error for t in tops]
+            best = max(range(len(tops)), key=lambda i: math.inf if errs[i] is None else errs[i])
+            strongest[seed] = plan.attacks[1 + best]
+        return [
+            _canonical(plan, Job(seed, strongest[seed], fl_spec, top, (n0, draw)))
+            for n0 in plan.root_sizes
+            for draw in range(n_floor)
+        ]
+
+    running: dict[Future[Any], Job] = {}
+    capacity = 2 * n_workers
+    while queue or running:
+        while queue and len(running) < capacity:
+            job = queue.pop(0)
+            running[pool.submit(execute, sc, plan, job, device)] = job
+        finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+        for fut in finished:
+            job = running.pop(fut)
+            results[job.key] = fut.result()
+            done += 1
+            progress("floor sweep" if job.root else "Byzantine-fraction sweep", done, total)
+            for extra in trigger(job.seed):
+                queue.append(extra)
+
+    # assemble, per seed
     tally = _Tally()
-    per_attack: dict[str, _Tally] = {C.attack_label(a): _Tally() for a in plan.attacks}
+    per_attack = {a: _Tally() for a in labels}
+    counted: set[str] = set()
     fractions_out: list[dict[str, Any]] = []
     trajectories: list[dict[str, Any]] = []
     per_seed: list[dict[str, Any]] = []
     root_rows: list[dict[str, Any]] = []
-    slope_x: list[float] = []
-    slope_y: list[float] = []
-    slope_g: list[int] = []
-    floor_x: list[float] = []
-    floor_y: list[float] = []
-    floor_g: list[int] = []
-    n_floor = floor_draws(plan.draws)
-    total = len(plan.seeds) * (
-        (1 + (len(plan.attacks) - 1) * len(plan.fractions)) * len(plan.defenses)
-        + (len(plan.defenses) - 1) * (len(plan.fractions) - 1)
-        + len(plan.root_sizes) * (1 + n_floor)
-    )
-    done = 0
+    sx: list[float] = []
+    sy: list[float] = []
+    sg: list[int] = []
+    fx: list[float] = []
+    fy: list[float] = []
+    fg: list[int] = []
     consts0: Constants | None = None
     rate: dict[str, Any] = {}
-    strongest_label = ""
-    top = max(plan.fractions)
-
     for si, seed in enumerate(plan.seeds):
-        st = Setting.build(sc, seed, dev)
+        st = _setting(sc, seed, device)
         cs = st.constants(plan.alpha)
         consts0 = consts0 or cs
-        root_opt = float(_norm(st.root_optimum(st.root) - st.w_star))
-
-        def trajectory(
-            attack_spec: C.Spec,
-            defense_spec: C.Spec,
-            fraction: float,
-            root: tuple[Tensor, Tensor],
-            tag: str,
-            st: Setting = st,
-            cs: Constants = cs,
-            seed: int = seed,
-        ) -> tuple[Trajectory, bool]:
-            f = plan.byzantine(fraction)
-            f_hat = plan.assumed_count(f)
-            defense = C.build_defense(defense_spec)
-            is_fl = C.spec_name(defense_spec) == FLTRUST
-            alabel = C.attack_label(attack_spec)
-            traj = run_trajectory(
-                st,
-                C.build_attack(attack_spec),
-                defense,
-                f=f,
-                f_hat=f_hat,
-                alpha=cs.alpha,
-                alpha_lemma=cs.alpha_lemma,
-                lemma2_factor=cs.lemma2_factor,
-                rounds=plan.rounds,
-                root=root,
-                attack_gen=C.named_generator(seed, f"bound:attack:{alabel}:{fraction}:{tag}"),
-                defense_gen=C.named_generator(seed, f"bound:defense:{fraction}:{tag}"),
-                granted=granted,
-                check=is_fl,
-            )
-            if is_fl:
+        for key, (traj, _) in results.items():  # every FLTrust trajectory run, each counted once
+            j = json.loads(key)
+            if j[0] == seed and C.spec_name(j[2]) == FLTRUST and key not in counted:
+                counted.add(key)
                 tally.add(traj.checks)
-                per_attack[alabel].add(traj.checks)
-            inside = _inside(C.spec_name(defense_spec), defense, k, f, f_hat)
-            return traj, inside
+                per_attack[C.attack_label(j[1])].add(traj.checks)
 
-        # 1. the Byzantine-fraction sweep: every attack x fraction x defense
-        finals: dict[tuple[str, float, str], Trajectory] = {}
-        for attack_spec in plan.attacks:
-            alabel = C.attack_label(attack_spec)
-            cache: dict[str, tuple[Trajectory, bool]] = {}
-            for fraction in plan.fractions:
-                for defense_spec in plan.defenses:
-                    dlabel = C.defense_label(defense_spec)
-                    is_fl = C.spec_name(defense_spec) == FLTRUST
-                    if alabel == "none" and is_fl and dlabel in cache:
-                        # no attack: the Byzantine clients send their honest rows and FLTrust ignores
-                        # f-hat, so every fraction replays the same run -- run and count it once
-                        traj, inside = cache[dlabel]
-                    else:
-                        traj, inside = trajectory(attack_spec, defense_spec, fraction, st.root, "sweep")
-                        done += 1
-                        progress("Byzantine fraction sweep", done, total)
-                        if alabel == "none" and is_fl:
-                            cache[dlabel] = (traj, inside)
-                    finals[(alabel, fraction, dlabel)] = traj
+        def get(a: Any, d: Any, x: float, seed: int = seed) -> tuple[Trajectory, bool]:
+            return results[_canonical(plan, Job(seed, a, d, x)).key]
+
+        for a in plan.attacks:
+            for x in plan.fractions:
+                for d in plan.defenses:
+                    traj, inside = get(a, d, x)
                     fractions_out.append(
                         {
                             "seed": seed,
-                            "fraction": fraction,
-                            "byzantine": plan.byzantine(fraction),
-                            "attack": alabel,
-                            "defense": dlabel,
+                            "fraction": x,
+                            "byzantine": plan.byzantine(x),
+                            "attack": C.attack_label(a),
+                            "defense": C.defense_label(d),
                             "final_error": traj.final_error,
                             "status": traj.status,
                             "stopped_at_round": traj.rounds,
                             "inside_guarantee": inside,
                         }
                     )
-        fl_label = C.defense_label(plan.defenses[0])
-        no_attack = finals[("none", plan.fractions[0], fl_label)]
-        fl_worst = max(
-            (t.final_error if t.final_error is not None else math.inf)
-            for (a, _, d), t in finals.items()
-            if d == fl_label
-        )
-        attacked = [C.attack_label(a) for a in plan.attacks[1:]]
-        if attacked:
-            strongest = max(
-                attacked,
-                key=lambda a: (finals[(a, top, fl_label)].final_error or math.inf),
-            )
-        else:
-            strongest = "none"
+        no_attack = get("none", fl_spec, plan.fractions[0])[0]
+        fl_finals = [get(a, fl_spec, x)[0].final_error for a in plan.attacks for x in plan.fractions]
+        fl_worst = max(math.inf if e is None else e for e in fl_finals)
+        root_opt = float(_norm(st.root_optimum(st.root) - st.w_star))
         if si == 0:
-            strongest_label = strongest
             rate = linear_rate(no_attack.errors)
             for a in plan.attacks:
-                al = C.attack_label(a)
-                tr = no_attack if al == "none" else finals[(al, top, fl_label)]
+                x = plan.fractions[0] if C.spec_name(a) == "none" else top
                 trajectories.append(
-                    {"attack": al, "fraction": 0.0 if al == "none" else top, "defense": fl_label,
-                     "seed": seed, "errors": tr.errors}
+                    {"attack": C.attack_label(a), "fraction": x, "defense": fl_label, "seed": seed,
+                     "errors": get(a, fl_spec, x)[0].errors}
                 )
         per_seed.append(
             {
@@ -640,35 +769,31 @@ def _run(sc: Scenario, plan: Plan, dev: torch.device, progress: Progress) -> dic
                 "root_optimum_error": root_opt,
                 "no_attack_error": no_attack.final_error,
                 "fltrust_worst_error": fl_worst,
-                "strongest_attack": strongest,
+                "strongest_attack": C.attack_label(strongest.get(seed, "none")),
                 "initial_error": float(no_attack.errors[0]),
             }
         )
-
-        # 2. the root-size sweep: root error at w* (Lemma 3's Delta1 term) and the floor
-        strongest_spec = next((a for a in plan.attacks if C.attack_label(a) == strongest), "none")
+        # the root-size sweep: root error at w* (Lemma 3's Delta1 term) over every draw, the floor
         grad_star = st.grad(st.w_star)
         for n0 in plan.root_sizes:
-            gen = C.named_generator(seed, f"bound:root:{n0}")
             errs, floors, opts = [], [], []
-            d1 = cs.delta1 * math.sqrt(cs.root_size / n0)
             for draw in range(plan.draws):
-                root = st.sample(n0, gen)
+                root = st.draw_root(n0, draw)
                 errs.append(float(_norm(st.root_grad(st.w_star, root) - grad_star)))
                 if draw < n_floor:
-                    traj, _ = trajectory(strongest_spec, plan.defenses[0], top, root, f"floor:{n0}:{draw}")
-                    floors.append(traj.final_error if traj.final_error is not None else math.inf)
+                    job = _canonical(plan, Job(seed, strongest.get(seed, "none"), fl_spec, top, (n0, draw)))
+                    e = results[job.key][0].final_error
+                    floors.append(math.inf if e is None else e)
                     opts.append(float(_norm(st.root_optimum(root) - st.w_star)))
-                    done += 1
-                    progress("root-size sweep", done, total)
             done += 1
             progress("root-size sweep", done, total)
-            slope_x += [float(n0)] * len(errs)
-            slope_y += errs
-            slope_g += [si] * len(errs)
-            floor_x += [float(n0)] * len(floors)
-            floor_y += floors
-            floor_g += [si] * len(floors)
+            d1 = cs.delta1 * math.sqrt(cs.root_size / n0)
+            sx += [float(n0)] * len(errs)
+            sy += errs
+            sg += [si] * len(errs)
+            fx += [float(n0)] * len(floors)
+            fy += floors
+            fg += [si] * len(floors)
             root_rows.append(
                 {
                     "seed": seed,
@@ -685,17 +810,16 @@ def _run(sc: Scenario, plan: Plan, dev: torch.device, progress: Progress) -> dic
             )
 
     assert consts0 is not None
-    root_slope = loglog_slope(slope_x, slope_y, slope_g)
-    fslope = loglog_slope(floor_x, floor_y, floor_g)
+    fslope = loglog_slope(fx, fy, fg)
     fslope.update(
-        attack=strongest_label,
+        attack=C.attack_label(strongest.get(plan.seeds[0], "none")),
         fraction=top,
         draws=n_floor,
         meaning=_floor_meaning(fslope),
     )
     rate.update(
         attack="none",
-        defense=C.defense_label(plan.defenses[0]),
+        defense=fl_label,
         lemma2_factor=consts0.lemma2_factor,
         gradient_descent_factor=consts0.gradient_descent_factor,
         proof_factor=consts0.proof_factor,
@@ -712,7 +836,7 @@ def _run(sc: Scenario, plan: Plan, dev: torch.device, progress: Progress) -> dic
         "rounds_checked": tally.rounds,
         "fractions": fractions_out,
         "root_optimum_error": per_seed[0]["root_optimum_error"],
-        "root_error_slope": root_slope,
+        "root_error_slope": loglog_slope(sx, sy, sg),
         "floor_slope": fslope,
         "linear_rate": rate,
         "constants": consts0.to_json(),
@@ -725,15 +849,17 @@ def _run(sc: Scenario, plan: Plan, dev: torch.device, progress: Progress) -> dic
             "scenario": sc.name,
             "clients": k,
             "rounds": plan.rounds,
+            "alpha": consts0.alpha,
             "fractions": list(plan.fractions),
             "root_sizes": list(plan.root_sizes),
             "draws": plan.draws,
             "floor_draws": n_floor,
             "seeds": list(plan.seeds),
-            "attacks": [C.attack_label(a) for a in plan.attacks],
+            "attacks": labels,
             "defenses": [C.defense_label(d) for d in plan.defenses],
             "tolerance": TOL,
-            "device": str(dev),
+            "device": device,
+            "trajectories_run": len(results),
         },
         "scenario": sc.to_dict(),
     }
@@ -904,7 +1030,12 @@ def cli_bound(args: argparse.Namespace) -> int:
 
     sc = load_scenario(args.scenario or DEFAULT_SCENARIO, getattr(args, "overrides", None))
     with bound_render.BoundProgress(quiet=bool(getattr(args, "quiet", False))) as progress:
-        report = run_bound(sc, device=getattr(args, "device", "cpu") or "cpu", progress=progress)
+        report = run_bound(
+            sc,
+            device=getattr(args, "device", "cpu") or "cpu",
+            plugins=tuple(getattr(args, "plugin", []) or []),
+            progress=progress,
+        )
     if getattr(args, "json", None):
         import json
 

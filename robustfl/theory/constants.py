@@ -82,7 +82,7 @@ def gradient_descent_factor(eigenvalues: Tensor, alpha: float) -> float:
 
 
 def rho(mu: float, lip: float, alpha: float, delta2: float = 0.0) -> float:
-    """Proof-supported rho at ``alpha``: 1 - (sqrt(1 - alpha mu + alpha^2 L^2) + 24 alpha Delta2 + 2 alpha L)."""
+    """Proof-supported rho: 1 - (sqrt(1 - alpha mu + alpha^2 L^2) + 24 alpha Delta2 + 2 alpha L)."""
     return 1.0 - (proof_factor(mu, lip, alpha) + 24 * alpha * delta2 + 2 * alpha * lip)
 
 
@@ -102,7 +102,7 @@ def delta1(sigma1: float, root_size: int, dim: int, delta: float = DELTA) -> flo
 
 
 def gradient_covariance(sigma: Tensor, w_true: Tensor, w_star: Tensor, noise: float) -> Tensor:
-    """Covariance of the per-sample ridge gradient at w* under x ~ N(0, Sigma), y = <w_true, x> + N(0, s^2)."""
+    """Covariance of the per-sample ridge gradient at w* (x ~ N(0, Sigma), y = <w_true, x> + N(0, s^2))."""
     c = w_star - w_true
     sc = sigma @ c
     return (c @ sc + noise * noise) * sigma + torch.outer(sc, sc)
