@@ -20,8 +20,15 @@ from robustfl.simulation.engine import local_train
 from robustfl.tasks._flat import FlatModel, classifier_loss, meta_module, mlp
 
 
-def _loop_round(module: nn.Module, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float, bsz: int,
-                g: torch.Generator) -> torch.Tensor:
+def _loop_round(
+    module: nn.Module,
+    w: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    bsz: int,
+    g: torch.Generator,
+) -> torch.Tensor:
     k, n = y.shape
     out = torch.empty(k, w.numel())
     params = list(module.parameters())
@@ -40,8 +47,9 @@ def _loop_round(module: nn.Module, w: torch.Tensor, x: torch.Tensor, y: torch.Te
     return out
 
 
-def bench_engine(clients: int = 100, samples: int = 50, bsz: int = 10, repeats: int = 5,
-                 threads: int | None = None) -> dict[str, Any]:
+def bench_engine(
+    clients: int = 100, samples: int = 50, bsz: int = 10, repeats: int = 5, threads: int | None = None
+) -> dict[str, Any]:
     if threads is not None:
         torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
@@ -56,7 +64,9 @@ def bench_engine(clients: int = 100, samples: int = 50, bsz: int = 10, repeats: 
     t_engine, t_loop = float("inf"), float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        local_train(loss, w.expand(clients, -1), (x, y), mask, steps=steps, lr=0.1, batch_size=bsz, generator=g)
+        local_train(
+            loss, w.expand(clients, -1), (x, y), mask, steps=steps, lr=0.1, batch_size=bsz, generator=g
+        )
         t_engine = min(t_engine, time.perf_counter() - t0)
         t0 = time.perf_counter()
         _loop_round(module, w, x, y, 0.1, bsz, g)
@@ -75,5 +85,7 @@ def bench_engine(clients: int = 100, samples: int = 50, bsz: int = 10, repeats: 
 if __name__ == "__main__":
     for k in (100, 1000):
         r = bench_engine(clients=k, repeats=3 if k > 100 else 5)
-        print(f"{r['name']}: engine {r['engine_s'] * 1e3:.1f} ms, loop {r['loop_s'] * 1e3:.1f} ms, "
-              f"speedup {r['speedup']:.1f}x ({r['threads']} threads)")
+        print(
+            f"{r['name']}: engine {r['engine_s'] * 1e3:.1f} ms, loop {r['loop_s'] * 1e3:.1f} ms, "
+            f"speedup {r['speedup']:.1f}x ({r['threads']} threads)"
+        )

@@ -12,9 +12,20 @@ from robustfl.cli import main
 from .conftest import PLUGINS
 
 SMALL = [
-    "--set", "task.name=ridge", "--set", "task.dim=5", "--set", "task.samples_per_client=20",
-    "--set", "federation.clients=10", "--set", "federation.rounds=20", "--set", "server.root_size=30",
-    "--set", "federation.local_lr=0.1",
+    "--set",
+    "task.name=ridge",
+    "--set",
+    "task.dim=5",
+    "--set",
+    "task.samples_per_client=20",
+    "--set",
+    "federation.clients=10",
+    "--set",
+    "federation.rounds=20",
+    "--set",
+    "server.root_size=30",
+    "--set",
+    "federation.local_lr=0.1",
 ]
 
 
@@ -33,7 +44,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["run", "quick", "--set", "task.name=ridgee"], "did you mean 'ridge'"),
         (["matrix", "quick", "--attacks", "none,alei"], "did you mean 'alie'"),
         (["validate", "quick", "--set", "federation.clientz=3"], "federation.clientz"),
-        (["validate", "quick", "--set", "federation.clients=\"ten\""], "federation.clients must be a int"),
+        (["validate", "quick", "--set", 'federation.clients="ten"'], "federation.clients must be a int"),
         (["validate", "quick", "--set", "federation.local_lr=-0.1"], "federation.local_lr must be >0"),
         (["validate", "quick", "--set", "matrix.seeds=[]"], "matrix.seeds must be a non-empty list"),
         (["validate", "quick", "--set", "threat.byzantine=80"], "more than federation.clients"),
@@ -43,15 +54,20 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["matrix", "quick", "--seeds", "a,b"], "--seeds must be comma-separated integers"),
         (["run", "quick", "--plugin", "no_such_module_xyz"], "cannot import module"),
         (["frobnicate"], "invalid choice"),
-        (["run", "quick", "--attack", "fltrust_adaptive", "--set", "threat.knowledge=\"honest\""],
-         "attack 'fltrust_adaptive' needs reference knowledge"),
-        (["matrix", "quick", "--attacks", "optimal", "--set", "threat.knowledge=\"honest\""],
-         "attack 'optimal' needs oracle knowledge"),
-        (["run", "quick", "--attack", "label_flip", "--set", "task.name=\"ridge\""], "label_flip"),
+        (
+            ["run", "quick", "--attack", "fltrust_adaptive", "--set", 'threat.knowledge="honest"'],
+            "attack 'fltrust_adaptive' needs reference knowledge",
+        ),
+        (
+            ["matrix", "quick", "--attacks", "optimal", "--set", 'threat.knowledge="honest"'],
+            "attack 'optimal' needs oracle knowledge",
+        ),
+        (["run", "quick", "--attack", "label_flip", "--set", 'task.name="ridge"'], "label_flip"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(argv: list[str], needle: str | None,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_exits_2_with_one_line(
+    argv: list[str], needle: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(argv)
     if needle is None:
         assert code == 0
@@ -62,11 +78,28 @@ def test_bad_input_exits_2_with_one_line(argv: list[str], needle: str | None,
 
 def test_run_writes_cell_json(tmp_path: Path) -> None:
     out = tmp_path / "cell.json"
-    code = main(["run", "quick", *SMALL, "--attack", "sign_flip", "--defense", "fltrust", "--json", str(out),
-                 "--quiet"])
+    code = main(
+        [
+            "run",
+            "quick",
+            *SMALL,
+            "--attack",
+            "sign_flip",
+            "--defense",
+            "fltrust",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     cell = json.loads(out.read_text())
-    assert (cell["attack"], cell["defense"], cell["seed"], cell["status"]) == ("sign_flip", "fltrust", 0, "ok")
+    assert (cell["attack"], cell["defense"], cell["seed"], cell["status"]) == (
+        "sign_flip",
+        "fltrust",
+        0,
+        "ok",
+    )
     assert cell["reference"] == "exact"
     assert len(cell["rounds"]) == 20 and cell["final"] == cell["rounds"][-1]
     assert 0 < cell["final"]["relative_drift"] < 1
@@ -82,9 +115,28 @@ def test_list_json_has_origins(capsys: pytest.CaptureFixture[str]) -> None:
 def test_nan_rows_fedavg_diverges_others_finish(tmp_path: Path) -> None:
     """A test-only attack sending NaN: FedAvg's run is recorded as diverged, FLTrust/FedSim go on."""
     js = tmp_path / "m.json"
-    code = main(["matrix", "quick", *SMALL, "--plugin", str(PLUGINS / "nan_attack.py"),
-                 "--attacks", "nan_rows", "--defenses", "fedavg,fltrust,fedsim", "--seeds", "0",
-                 "--workers", "1", "--store", str(tmp_path / "s.db"), "--json", str(js), "--quiet"])
+    code = main(
+        [
+            "matrix",
+            "quick",
+            *SMALL,
+            "--plugin",
+            str(PLUGINS / "nan_attack.py"),
+            "--attacks",
+            "nan_rows",
+            "--defenses",
+            "fedavg,fltrust,fedsim",
+            "--seeds",
+            "0",
+            "--workers",
+            "1",
+            "--store",
+            str(tmp_path / "s.db"),
+            "--json",
+            str(js),
+            "--quiet",
+        ]
+    )
     assert code == 0
     cells = {c["defense"]: c for c in json.loads(js.read_text())["cells"]}
     assert cells["fedavg"]["status"] == "diverged"

@@ -40,8 +40,9 @@ def test_extra_grad_is_added_each_step() -> None:
     mask = torch.ones(2, 3, dtype=torch.bool)
     start = torch.ones(2, 2, dtype=torch.float64)
     # zero loss gradient; extra = mu * theta -> theta_{t+1} = (1 - lr mu) theta_t
-    out = local_train(_lsq, start, (x, y), mask, steps=3, lr=0.5, batch_size=0, generator=g,
-                      extra_grad=lambda th: 0.2 * th)
+    out = local_train(
+        _lsq, start, (x, y), mask, steps=3, lr=0.5, batch_size=0, generator=g, extra_grad=lambda th: 0.2 * th
+    )
     torch.testing.assert_close(out, start * (1 - 0.5 * 0.2) ** 3)
 
 
@@ -60,8 +61,16 @@ def test_minibatches_follow_per_client_epochs() -> None:
     g = torch.Generator().manual_seed(3)
     for k in range(s):
         steps = int((counts[k] + bsz - 1) // bsz)  # exactly one epoch for client k
-        out = local_train(_indicator_loss, torch.zeros(s, n_max, dtype=torch.float64), (x,), mask,
-                          steps=steps, lr=1.0, batch_size=bsz, generator=g)[k]
+        out = local_train(
+            _indicator_loss,
+            torch.zeros(s, n_max, dtype=torch.float64),
+            (x,),
+            mask,
+            steps=steps,
+            lr=1.0,
+            batch_size=bsz,
+            generator=g,
+        )[k]
         n = int(counts[k])
         assert torch.all(out[n:] == 0), "padding was trained on"
         assert torch.all(out[:n] < 0), "a sample was skipped in the epoch"

@@ -21,18 +21,21 @@ def _strip(cell: dict) -> dict:
 
 @pytest.mark.parametrize("task", ["quadratic", "ridge"])
 def test_fedavg_converges_to_exact_optimum(task: str) -> None:
-    sc = robustfl.load_scenario({
-        "task": {"name": task},
-        "federation": {"clients": 20, "rounds": 1000, "local_lr": 0.1},
-        "threat": {"byzantine": 0},
-        "server": {"root_size": 0},
-    })
+    sc = robustfl.load_scenario(
+        {
+            "task": {"name": task},
+            "federation": {"clients": 20, "rounds": 1000, "local_lr": 0.1},
+            "threat": {"byzantine": 0},
+            "server": {"root_size": 0},
+        }
+    )
     problem = build_problem(sc, 0)
     assert problem.optimum is not None
     w = problem.optimum.clone().requires_grad_(True)
     # ||grad F(w*)|| from autograd on the task's own objective pieces
     x = torch.func.vmap(torch.func.grad(problem.loss), in_dims=(None, 0, 0))(
-        problem.optimum, problem.client_data, problem.client_mask)
+        problem.optimum, problem.client_data, problem.client_mask
+    )
     n = problem.num_samples.to(x.dtype)
     grad_f = (n[:, None] * x).sum(0) / n.sum()
     assert float(grad_f.norm()) <= 1e-8
@@ -43,12 +46,14 @@ def test_fedavg_converges_to_exact_optimum(task: str) -> None:
 
 
 def test_fltrust_survives_sixty_percent_sign_flip() -> None:
-    sc = robustfl.load_scenario({
-        "task": {"name": "ridge", "dim": 20, "samples_per_client": 100, "noise": 0.5},
-        "federation": {"clients": 50, "rounds": 200, "local_lr": 0.1, "server_lr": 1.0},
-        "threat": {"byzantine": 0.6},
-        "server": {"root_size": 100},
-    })
+    sc = robustfl.load_scenario(
+        {
+            "task": {"name": "ridge", "dim": 20, "samples_per_client": 100, "noise": 0.5},
+            "federation": {"clients": 50, "rounds": 200, "local_lr": 0.1, "server_lr": 1.0},
+            "threat": {"byzantine": 0.6},
+            "server": {"root_size": 100},
+        }
+    )
     flt = robustfl.run(sc, attack="sign_flip", defense="fltrust", seed=0)
     avg = robustfl.run(sc, attack="sign_flip", defense="fedavg", seed=0)
     assert flt.status == "ok" and flt.final["relative_drift"] < 0.15
@@ -66,10 +71,29 @@ def test_same_cell_twice_bit_identical() -> None:
 
 
 def test_matrix_workers_1_and_2_identical(tmp_path: Path) -> None:
-    args = ["matrix", "quick", "--set", "federation.rounds=10", "--set", "federation.clients=20",
-            "--attacks", "none,sign_flip", "--defenses", "fedavg,fltrust", "--seeds", "0,1", "--quiet"]
-    assert main([*args, "--workers", "1", "--store", str(tmp_path / "a.db"), "--json", str(tmp_path / "a.json")]) == 0
-    assert main([*args, "--workers", "2", "--store", str(tmp_path / "b.db"), "--json", str(tmp_path / "b.json")]) == 0
+    args = [
+        "matrix",
+        "quick",
+        "--set",
+        "federation.rounds=10",
+        "--set",
+        "federation.clients=20",
+        "--attacks",
+        "none,sign_flip",
+        "--defenses",
+        "fedavg,fltrust",
+        "--seeds",
+        "0,1",
+        "--quiet",
+    ]
+    assert (
+        main([*args, "--workers", "1", "--store", str(tmp_path / "a.db"), "--json", str(tmp_path / "a.json")])
+        == 0
+    )
+    assert (
+        main([*args, "--workers", "2", "--store", str(tmp_path / "b.db"), "--json", str(tmp_path / "b.json")])
+        == 0
+    )
     ca = [_strip(c) for c in json.loads((tmp_path / "a.json").read_text())["cells"]]
     cb = [_strip(c) for c in json.loads((tmp_path / "b.json").read_text())["cells"]]
     assert len(ca) == 8 and ca == cb
@@ -77,9 +101,25 @@ def test_matrix_workers_1_and_2_identical(tmp_path: Path) -> None:
 
 def test_rerun_skips_finished_cells(tmp_path: Path) -> None:
     store = tmp_path / "s.db"
-    args = ["matrix", "quick", "--set", "federation.rounds=5", "--set", "federation.clients=10",
-            "--attacks", "none", "--defenses", "fedavg,fedsim", "--seeds", "0", "--workers", "1",
-            "--store", str(store), "--quiet"]
+    args = [
+        "matrix",
+        "quick",
+        "--set",
+        "federation.rounds=5",
+        "--set",
+        "federation.clients=10",
+        "--attacks",
+        "none",
+        "--defenses",
+        "fedavg,fedsim",
+        "--seeds",
+        "0",
+        "--workers",
+        "1",
+        "--store",
+        str(store),
+        "--quiet",
+    ]
     assert main([*args, "--json", str(tmp_path / "1.json")]) == 0
     assert main([*args, "--json", str(tmp_path / "2.json")]) == 0
     one = json.loads((tmp_path / "1.json").read_text())["cells"]
@@ -90,11 +130,33 @@ def test_rerun_skips_finished_cells(tmp_path: Path) -> None:
 def test_fedsim_random_model_client_gets_tiny_weight(tmp_path: Path) -> None:
     """IID digits, K = 10, one client sending a random model: its FedSim weight < 0.05."""
     js = tmp_path / "c.json"
-    code = main(["run", "quick", "--set", "task.name=digits", "--set", "federation.clients=10",
-                 "--set", "threat.byzantine=1", "--set", "federation.rounds=20",
-                 "--set", "federation.local_lr=0.1", "--set", "server.root_size=0",
-                 "--plugin", str(PLUGINS / "random_model.py"), "--attack", "random_model",
-                 "--defense", "fedsim", "--json", str(js), "--quiet"])
+    code = main(
+        [
+            "run",
+            "quick",
+            "--set",
+            "task.name=digits",
+            "--set",
+            "federation.clients=10",
+            "--set",
+            "threat.byzantine=1",
+            "--set",
+            "federation.rounds=20",
+            "--set",
+            "federation.local_lr=0.1",
+            "--set",
+            "server.root_size=0",
+            "--plugin",
+            str(PLUGINS / "random_model.py"),
+            "--attack",
+            "random_model",
+            "--defense",
+            "fedsim",
+            "--json",
+            str(js),
+            "--quiet",
+        ]
+    )
     assert code == 0
     cell = json.loads(js.read_text())
     weights = [r["byzantine_weight"] for r in cell["rounds"]]

@@ -81,7 +81,9 @@ def test_sweep_point_revalidated() -> None:
 
 
 def test_assumed_byzantine_against_round_rows() -> None:
-    sc = load_scenario({"federation": {"clients": 20}, "threat": {"byzantine": 0.2, "assumed_byzantine": 0.3}})
+    sc = load_scenario(
+        {"federation": {"clients": 20}, "threat": {"byzantine": 0.2, "assumed_byzantine": 0.3}}
+    )
     assert sc.assumed_count(20) == 6 and sc.assumed_count(10) == 3
     sc2 = load_scenario({"federation": {"clients": 20}, "threat": {"byzantine": 0.2}})
     assert sc2.assumed_count(20) == 4 and sc2.assumed_count(10) == 2

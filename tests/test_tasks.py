@@ -422,3 +422,25 @@ def test_flat_model_views_and_round_trip() -> None:
     x = torch.randn(5, 4, generator=gen(0), dtype=F64)
     expected = torch.relu(x @ w[:12].reshape(3, 4).T + w[12:15]) @ w[15:21].reshape(2, 3).T + w[21:]
     torch.testing.assert_close(model(w, x), expected)
+
+
+def test_scalar_quadratic_optimum_and_objective_match_dense_transcription() -> None:
+    """heterogeneity = "scalar": w* and F against the literal per-client formula in float64."""
+    from robustfl.tasks.base import Partition
+    from robustfl.tasks.quadratic import Quadratic
+
+    task = Quadratic(dim=7, diagonal=True, heterogeneity="scalar", spread=0.7)
+    p = task.build(clients=5, partition=Partition(), root_size=3, root_bias=0.0,
+                   generator=torch.Generator().manual_seed(4))
+    a, m, v = (p.extras[k].double() for k in ("diagonal", "centre", "direction"))
+    s, z = (t[:, 0].double() for t in p.client_data)
+    a_k = s[:, None] * a  # (K, d) diagonals
+    c_k = m + z[:, None] * v
+    w_star = (a_k * c_k).sum(0) / a_k.sum(0)
+    assert p.optimum is not None
+    torch.testing.assert_close(p.optimum.double(), w_star, rtol=1e-12, atol=1e-12)
+    w = torch.randn(7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    f_ref = float((0.5 * (a_k * (w - c_k) ** 2).sum(1)).mean())
+    assert abs(p.objective(w) - f_ref) <= 1e-12 * abs(f_ref)
+    per_client = torch.func.vmap(p.loss, in_dims=(None, 0, 0))(w, p.client_data, p.client_mask)
+    torch.testing.assert_close(per_client.mean(), torch.tensor(f_ref, dtype=torch.float64))

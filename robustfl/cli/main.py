@@ -164,8 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RobustFLError as exc:
         _err(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        _err("interrupted; finished cells are in the store")
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (a matrix says what its store holds), exit 130
+        matrix = sys.modules.get("robustfl.simulation.matrix")  # loaded if a matrix was running
+        interrupted = getattr(matrix, "Interrupted", ())
+        msg = str(exc) if interrupted and isinstance(exc, interrupted) and str(exc) else "interrupted"
+        print(f"robustfl: {msg}", file=sys.stderr)
         return 130
 
 
@@ -246,6 +249,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             allow_outside_guarantee=args.allow_outside_guarantee,
             device=args.device,
             progress=progress,
+            cell_timeout=args.cell_timeout,
         )
     if args.json:
         _write_json(args.json, result.to_json())
@@ -317,6 +321,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "table" and not args.output:
         render.print_matrix(cells, title=f"{args.store}", show_time=True)
         return 0
+    if args.format == "html":  # one self-contained page: heatmap, tables, curves, provenance
+        from ..simulation.html import page
+
+        text = page(
+            cells,
+            run[0] if run else None,
+            run[1] if run else None,
+            title=f"robustfl results: {Path(args.store).name}",
+        )
+        if args.output:
+            out = Path(args.output)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        return 0
     render.print_report(
         cells,
         args.format,
@@ -327,8 +348,68 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_cells(path: str) -> list[Any]:
+    from ..simulation.store import Store
+
+    if not Path(path).is_file():
+        raise ConfigError(f"store {path!r} does not exist")
+    with Store(path) as st:
+        return st.cells()
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    raise ConfigError("robustfl compare is not available yet in this version")
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..simulation.compare import compare, counts
+    from ..simulation.report import format_value, sweep_label
+
+    rows = compare(_open_cells(args.store_a), _open_cells(args.store_b))
+    n = counts(rows)
+    console = Console()
+
+    def num(x: float | None, delta: bool = False) -> str:
+        if x is None:
+            return "—"
+        return (f"{x:+.3g}" if delta else format_value(x)) if x == x else "nan"
+
+    styles = {"status": "bold magenta", "changed": "yellow", "only_a": "red", "only_b": "green"}
+    words = {"status": "status", "changed": "values", "only_a": "only in A", "only_b": "only in B"}
+    changed = [r for r in rows if r["change"] != "same"]
+    if changed:
+        show_sweep = any(r["sweep"] for r in changed)
+        table = Table(title=f"A = {args.store_a}   B = {args.store_b}", title_justify="left")
+        left = ["sweep"] if show_sweep else []
+        for col in [*left, "attack", "defense", "seed", "change", "status A -> B"]:
+            table.add_column(col, justify="right" if col == "seed" else "left")
+        for col in ("drift A", "drift B", "Δ drift", "acc A", "acc B", "Δ acc"):
+            table.add_column(col, justify="right")
+        for r in changed:
+            status = r["status_a"] or "—"
+            if r["status_b"] != r["status_a"]:
+                status += f" -> {r['status_b'] or '—'}"
+            table.add_row(
+                *([sweep_label(r["sweep"])] if show_sweep else []),
+                r["attack"],
+                r["defense"],
+                str(r["seed"]),
+                Text(words[r["change"]], style=styles[r["change"]]),
+                status,
+                num(r["relative_drift_a"]),
+                num(r["relative_drift_b"]),
+                num(r["relative_drift_delta"], delta=True),
+                num(r["accuracy_a"]),
+                num(r["accuracy_b"]),
+                num(r["accuracy_delta"], delta=True),
+            )
+        console.print(table)
+    line = (
+        f"{len(rows)} cells: {n['same']} unchanged, {n['changed']} changed values, {n['status']} changed "
+        f"status, {n['only_a']} only in A, {n['only_b']} only in B"
+    )
+    console.print(line + ("" if changed else " (no differences)"), highlight=False, markup=False)
+    return 0
 
 
 def cmd_bound(args: argparse.Namespace) -> int:

@@ -50,11 +50,24 @@ def _console(console: Console | None) -> Console:
     return console if console is not None else Console()
 
 
-def _cell_text(group: Mapping[str, Any] | None) -> Text:
+def _cell_text(group: Mapping[str, Any] | None, seconds: float | None = None) -> Text:
+    """A summary's "mean ± std" in its band's colour; with ``seconds``, a dim second line."""
     if group is None:
         return Text("—", style="dim")
     text = Text(group["text"], style=STYLES.get(report.severity(group) or "", ""))
     if group["outside_guarantee"]:
+        text.append(" " + report.DAGGER, style="bold")
+    if seconds is not None:
+        text.append("\n" + report.format_seconds(seconds), style="dim")
+    return text
+
+
+def _entry_text(entry: Mapping[str, Any] | None) -> Text:
+    """A worst case or an axis view's entry, coloured by the band of its worst value."""
+    if entry is None:
+        return Text("—", style="dim")
+    text = Text(entry["text"], style=STYLES.get(entry["severity"] or "", ""))
+    if entry.get("outside_guarantee"):
         text.append(" " + report.DAGGER, style="bold")
     return text
 
@@ -69,25 +82,70 @@ def _time_note(cells: Sequence[Cell]) -> str:
 def matrix_tables(
     cells: Iterable[Cell], metric: str = "relative_drift", title: str | None = None, show_time: bool = False
 ) -> list[Table]:
-    """One table per sweep point (a single one when the cells carry no sweep values); with
-    ``show_time`` the caption adds the cells' total and mean compute time."""
+    """One table per sweep point (a single one when the cells carry no sweep values), with a
+    "worst case" footer row (the worst attack per defense) when there are several attacks; with
+    ``show_time`` each cell adds a dim second line, its mean compute time over seeds, and the
+    caption the cells' total and mean compute time."""
     cells = list(cells)
     summary = report.summarize(cells, metric)
+    worst = report.worst_case(cells, metric)
+    times = report.mean_elapsed(cells) if show_time else {}
     tables = []
     for point, attacks, defenses in report.layout(summary):
         note = report.caption({k: g for k, g in summary.items() if k[0] == point}, metric)
         if show_time:
             note += _time_note([c for c in cells if report.sweep_label(c.sweep) == point])
         heading = " | ".join(t for t in (title, point) if t) or None
-        table = Table(title=heading, caption=note, caption_justify="left", header_style="bold")
+        footer = len(attacks) > 1
+        table = Table(
+            title=heading, caption=note, caption_justify="left", header_style="bold", show_footer=footer
+        )
         # Narrow terminals wrap a cell onto two lines ("0.512 ±" / "0.045") rather than cut it.
-        table.add_column(Text("attack \\ defense"), style="bold", overflow="fold")
+        table.add_column(
+            Text("attack \\ defense"), Text(report.WORST_ROW), style="bold", overflow="fold"
+        )
         for d in defenses:
-            table.add_column(Text(d), justify="right", overflow="fold")
+            table.add_column(Text(d), _entry_text(worst.get((point, d))), justify="right", overflow="fold")
         for a in attacks:
-            table.add_row(Text(a), *(_cell_text(summary.get((point, a, d))) for d in defenses))
+            table.add_row(
+                Text(a), *(_cell_text(summary.get((point, a, d)), times.get((point, a, d))) for d in defenses)
+            )
         tables.append(table)
     return tables
+
+
+def sweep_tables(
+    cells: Iterable[Cell], metric: str = "relative_drift", title: str | None = None
+) -> list[Table]:
+    """One table per sweep key (none without a sweep): rows the key's values, columns the
+    defenses, each entry the worst case over attacks summarised over the other sweep axes
+    (:func:`robustfl.simulation.report.axis_views`), and a "worst case" footer over all points."""
+    tables = []
+    for key, view in report.axis_views(cells, metric).items():
+        heading = " | ".join(t for t in (title, f"by {key}") if t)
+        note = report.axis_caption(view, metric)
+        table = Table(
+            title=heading, caption=note, caption_justify="left", header_style="bold", show_footer=True
+        )
+        table.add_column(Text(f"{key} \\ defense"), Text(report.WORST_ROW), style="bold", overflow="fold")
+        for d in view["defenses"]:
+            table.add_column(Text(d), _entry_text(view["worst"][d]), justify="right", overflow="fold")
+        for v in view["values"]:
+            table.add_row(Text(v), *(_entry_text(view["rows"].get((v, d))) for d in view["defenses"]))
+        tables.append(table)
+    return tables
+
+
+def print_sweep(
+    cells: Iterable[Cell],
+    console: Console | None = None,
+    metric: str = "relative_drift",
+    title: str | None = None,
+) -> None:
+    """The per-axis views of a sweep (:func:`sweep_tables`); nothing when the cells carry no sweep."""
+    console = _console(console)
+    for t in sweep_tables(cells, metric, title):
+        console.print(t)
 
 
 def matrix_table(
@@ -113,13 +171,19 @@ def print_matrix(
     metric: str = "relative_drift",
     title: str | None = None,
     show_time: bool = False,
+    sweep: bool = True,
 ) -> None:
+    """The attack x defense tables (:func:`matrix_tables`), then, when the cells carry sweep
+    values and ``sweep`` is set, the per-axis views (:func:`print_sweep`)."""
     console = _console(console)
+    cells = list(cells)
     tables = matrix_tables(cells, metric, title, show_time)
     if not tables:
         console.print(Text("no cells", style="dim"))
     for t in tables:
         console.print(t)
+    if sweep:
+        print_sweep(cells, console, metric, title)
 
 
 def print_note(msg: str, console: Console | None = None) -> None:
@@ -186,10 +250,10 @@ def print_report(
     """``robustfl report``: the table (rich) or csv/json/markdown/html text, to ``output`` or stdout."""
     if format == "table":
         if output is None:
-            print_matrix(cells, console, metric)
+            print_matrix(cells, console, metric, show_time=True)
             return
         rec = Console(record=True, width=200, file=io.StringIO())
-        print_matrix(cells, rec, metric)
+        print_matrix(cells, rec, metric, show_time=True)
         text = rec.export_text()
     else:
         text = report.render(cells, format, metric, scenario, provenance)

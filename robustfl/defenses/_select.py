@@ -119,6 +119,26 @@ def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor
     return pool[order[:m]], scores, tied
 
 
+def nearest(dist: Distances, m: int) -> Tensor:
+    """(K, m) indices of each row's m nearest rows, itself first (other ties: lower index).
+
+    A row whose m-th and (m+1)-th nearest are within Gram rounding of each other (same error
+    bound as :func:`select_lowest`) makes every row's neighbours come from the float64
+    ``Distances.refined`` matrix instead.
+    """
+    k = dist.sq.shape[0]
+    d = dist.sq.to(torch.float64).clone().fill_diagonal_(-1.0)
+    vals, order = torch.sort(d, dim=1, stable=True)
+    if 0 < m < k:
+        tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
+        ns = dist.norms2
+        err = tol * (ns[:, None] + ns[order[:, m - 1 : m + 1]]).sum(1)
+        if bool(((vals[:, m] - vals[:, m - 1]) <= err).any()) and not bool(dist.bad.all()):
+            centre = int(torch.nonzero(~dist.bad)[0])
+            order = torch.sort(dist.refined(centre).clone().fill_diagonal_(-1.0), dim=1, stable=True).indices
+    return order[:, :m]
+
+
 class Rule:
     """Base of the robust rules: ``admits`` from ``min_clients``, a no-op ``reset``.
 
@@ -208,11 +228,10 @@ def gram64(rows: Tensor) -> Tensor:
 def sq_dist_to(rows: Tensor, z: Tensor) -> Tensor:
     """float64 ``||rows_k - z||^2`` by direct differences, chunked over coordinates (no (K, P) temp)."""
     out = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
+    z64 = z.to(torch.float64)
     for start in range(0, rows.shape[1], _CHUNK):
-        block = rows[:, start : start + _CHUNK].to(torch.float64) - z[start : start + _CHUNK].to(
-            torch.float64
-        )
-        out += block.square().sum(1)
+        stop = start + _CHUNK
+        out += (rows[:, start:stop].to(torch.float64) - z64[start:stop]).square().sum(1)
     return out
 
 

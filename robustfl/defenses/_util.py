@@ -19,9 +19,28 @@ def check_updates(updates: Tensor, rule: str) -> None:
         raise InputError(f"{rule}: needs at least one row, got K = 0")
 
 
+_CHUNK = 1 << 16
+
+
 def row_norms(updates: Tensor) -> Tensor:
-    """Euclidean norm of each row, accumulated in float64 (non-finite rows give non-finite norms)."""
-    return torch.linalg.vector_norm(updates, dim=1, dtype=torch.float64)
+    """Euclidean norm of each row as float64 (non-finite rows give non-finite norms).
+
+    One pass in the input dtype (casting a float32 (K, P) matrix to float64 would double its
+    memory); rows whose norm is not finite there (NaN/Inf entries, or float32 overflow of the sum
+    of squares) are recomputed in float64 over column chunks, so overflow is never mistaken for
+    an invalid row.
+    """
+    if updates.dtype == torch.float64:
+        return torch.linalg.vector_norm(updates, dim=1)
+    norms = torch.linalg.vector_norm(updates, dim=1).to(torch.float64)
+    bad = ~torch.isfinite(norms)
+    if bool(bad.any()):
+        rows = updates[bad]
+        acc = torch.zeros(rows.shape[0], dtype=torch.float64, device=updates.device)
+        for start in range(0, rows.shape[1], _CHUNK):
+            acc += rows[:, start : start + _CHUNK].to(torch.float64).square().sum(1)
+        norms[bad] = acc.sqrt()
+    return norms
 
 
 def valid_rows(norms: Tensor) -> Tensor:

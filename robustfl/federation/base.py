@@ -72,8 +72,11 @@ class Sharing:
         return w.expand(ids.numel(), -1).clone()
 
     def rows(self, theta: Tensor, w: Tensor, ids: Tensor) -> Tensor:
-        """(S, P') the rows participants send (their update on the shared coordinates)."""
-        return theta - w
+        """(S, P') the rows participants send (their update on the shared coordinates).
+
+        ``theta`` is the engine's fresh output and may be consumed (full sharing subtracts in place).
+        """
+        return theta.sub_(w)
 
     def restrict(self, v: Tensor) -> Tensor:
         """A full-length vector restricted to this round's shared coordinates."""

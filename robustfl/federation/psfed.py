@@ -7,12 +7,13 @@ never "all"), ``mask`` in {random, magnitude, gradient}, ``explore`` (default 0.
 Mask (one per round, the same for every client):
 * random: k coordinates without replacement, drawn from a generator seeded by (seed, round) only,
   so every process draws the same masks for a seed.
-* magnitude / gradient: floor((1 - explore) k + 0.5) coordinates by score -- |w_i|, or the
-  magnitude of coordinate i's last observed aggregated change |w_new,i - w_old,i| (kept while i is
-  unmasked) -- with score +inf for a coordinate never yet synced (for both score masks), ties to
+* magnitude / gradient: floor((1 - explore) k + 0.5) coordinates by score -- |w_i|, or (gradient)
+  the magnitude of coordinate i's last observed aggregated change |w_new,i - w_old,i| (kept while
+  i is unmasked; +inf for a coordinate never yet synced, so every coordinate is reached) -- ties to
   the lower index; the rest of the k drawn at random (same (seed, round) generator) from the other
   coordinates. Round 0 of gradient is random. Without the exploration and the +inf score the
-  score masks freeze: unmasked coordinates never change, so the same top-k wins round after round.
+  score masks freeze: unmasked coordinates never change, so the same top-k wins round after round
+  (magnitude with explore = 0 does exactly that).
 
 Protocol: client k keeps a persistent local model x_k (a full copy of w at its first
 participation). Each round ``x_k[M] <- w[M]``; it trains all coordinates from x_k; x_k becomes the
@@ -142,8 +143,7 @@ class PSFed(Sharing):
         if self.seeded(t):
             return torch.randperm(p_dim, generator=g)[:k].sort().values.to(w.device)
         by_score = int(math.floor((1 - self.explore) * k + 0.5))
-        score = w.detach().abs().double() if self.mask == "magnitude" else self.change.clone()
-        score[self.last_sync < 0] = math.inf
+        score = w.detach().abs().double() if self.mask == "magnitude" else self.change  # never synced: +inf
         order = torch.sort(score, descending=True, stable=True).indices  # ties: lower index first
         top, rest = order[:by_score], order[by_score:]
         pick = torch.randperm(rest.numel(), generator=g)[: k - by_score].to(rest.device)

@@ -7,7 +7,9 @@ samples. Minibatches follow per-client epochs: each client draws a fresh permuta
 samples at the start of each of its epochs (``ceil(n_k / B)`` steps), so a client with 50 samples
 at batch 10 sees every sample once in 5 steps; the last batch of an epoch may be smaller.
 ``batch_size = 0`` (or >= the client's size) is full-batch gradient descent.
-There is no Python loop over clients: only over local steps.
+There is no Python loop over clients: only over local steps, and -- when S x P is large (P in
+the millions) -- over chunks of clients, so that the gradient's temporaries stay within
+``CHUNK_ELEMENTS`` values instead of several copies of the (S, P) matrix.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch.func import grad, vmap
 from ..tasks.base import LossFn
 
 ExtraGrad = Callable[[Tensor], Tensor | None]
+CHUNK_ELEMENTS = 1 << 26  # values per gradient chunk (256 MB of float32)
 
 
 def gather_clients(data: tuple[Tensor, ...], ids: Tensor) -> tuple[Tensor, ...]:
@@ -38,24 +41,41 @@ def local_train(
     batch_size: int,
     generator: torch.Generator,
     extra_grad: ExtraGrad | None = None,
+    inplace: bool = False,
 ) -> Tensor:
     """Train S clients from ``start`` (S, P); ``data`` tensors are (S, n_max, ...), ``mask`` (S, n_max).
 
     Returns the trained models (S, P). ``extra_grad(theta)`` adds the algorithm's term
     (FedProx's proximal pull, FedDyn's linear and quadratic terms) to each step's gradient.
+    With ``inplace`` the caller hands over ``start`` (a fresh tensor) and gets it back trained,
+    saving one (S, P) copy.
     """
     per_client_grad = vmap(grad(loss))
-    theta = start.clone()
+    theta = start if inplace else start.clone()
     s_count, n_max = mask.shape
+    if s_count == 0:
+        return theta
+    width = max(1, theta.shape[1])
+    chunk = s_count if extra_grad is not None else max(1, min(s_count, CHUNK_ELEMENTS // width))
     counts = mask.sum(1)
-    full = batch_size <= 0 or batch_size >= int(counts.max()) if s_count else True
-    if full:
-        for _ in range(steps):
-            g = per_client_grad(theta, data, mask)
+    full = batch_size <= 0 or batch_size >= int(counts.max())
+
+    def step(batch: tuple[Tensor, ...], bmask: Tensor) -> None:
+        if chunk >= s_count:
+            g = per_client_grad(theta, batch, bmask)
             extra = extra_grad(theta) if extra_grad is not None else None
             if extra is not None:
                 g = g + extra
-            theta = theta - lr * g
+            theta.sub_(g, alpha=lr)
+            return
+        for lo in range(0, s_count, chunk):  # large P: bounded temporaries
+            sl = slice(lo, lo + chunk)
+            g = per_client_grad(theta[sl], tuple(t[sl] for t in batch), bmask[sl])
+            theta[sl].sub_(g, alpha=lr)
+
+    if full:
+        for _ in range(steps):
+            step(data, mask)
         return theta
 
     bsz = batch_size
@@ -63,18 +83,13 @@ def local_train(
     rows = torch.arange(s_count, device=mask.device)[:, None]
     offsets = torch.arange(bsz, device=mask.device)[None, :]
     perm = torch.zeros(s_count, n_max, dtype=torch.long, device=mask.device)
-    for step in range(steps):
-        b = step % batches_per_epoch  # (S,) which batch of its epoch each client is on
+    for s in range(steps):
+        b = s % batches_per_epoch  # (S,) which batch of its epoch each client is on
         keys = torch.rand(s_count, n_max, generator=generator, dtype=torch.float64).to(mask.device)
         keys = torch.where(mask, keys, torch.full_like(keys, 2.0))  # padding sorts last
         perm = torch.where((b == 0)[:, None], torch.argsort(keys, dim=1), perm)
         pos = b[:, None] * bsz + offsets  # (S, B)
         bmask = pos < counts[:, None]
         idx = perm.gather(1, pos.clamp(max=n_max - 1))
-        batch = tuple(t[rows, idx] for t in data)
-        g = per_client_grad(theta, batch, bmask)
-        extra = extra_grad(theta) if extra_grad is not None else None
-        if extra is not None:
-            g = g + extra
-        theta = theta - lr * g
+        step(tuple(t[rows, idx] for t in data), bmask)
     return theta

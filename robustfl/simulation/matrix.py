@@ -6,26 +6,47 @@ skipped; ``failed`` ones are retried. Tasks without an exact optimum first get t
 reference (attack none, defense fedavg) per seed and sweep point, cached in the store too.
 Each finished cell is written in one transaction as soon as it arrives, so an interrupted sweep
 loses nothing.
+
+Faults. A cell that raises is recorded as ``failed`` with its error; one whose model stops being
+finite is ``diverged`` (a result, not a fault); with ``cell_timeout`` a cell still running after
+that many seconds has its worker process killed and is recorded as ``failed`` with
+"timeout after S s". A worker process that dies (killed, out of memory) fails its cell the same
+way, and a fresh worker takes the next cell. Cells run in worker processes whenever
+``workers > 1`` or a timeout is set (in this process only for ``workers=1`` without one).
+Ctrl-C (SIGINT) stops the matrix once the finished cells are committed: a commit under way when
+the signal arrives completes first; workers ignore SIGINT and are stopped by the driver, and
+:class:`Interrupted` says how many cells are in the store. Every cell is one SQLite transaction,
+so SIGKILL at any moment leaves a store that opens and resumes. Several drivers may share one
+store: just before a cell is dispatched the store is asked whether another driver finished it.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import logging
+import math
 import multiprocessing as mp
 import os
 import platform
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_any
 from pathlib import Path
+from types import FrameType
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from ..errors import RobustFLError
+from ..errors import ConfigError, RobustFLError
 from ..scenario import Scenario
 from . import components as C
 from .results import Cell, MatrixResult
@@ -179,17 +200,253 @@ def run_reference(
     return clean_reference(scenario, seed, device=device).detach().double().cpu().numpy()
 
 
+def _fault_cell(job: Job, message: str, elapsed: float = 0.0) -> Cell:
+    """A ``failed`` cell for a fault outside the cell's own code (timeout, dead worker, no reference)."""
+    cell = Cell(
+        C.attack_label(job.attack), C.defense_label(job.defense), job.seed, status="failed", error=message
+    )
+    cell.elapsed_s = elapsed
+    cell.sweep, cell.key, cell.outside_guarantee = dict(job.sweep), job.key, job.outside
+    return cell
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
 def _mp_context() -> mp.context.BaseContext:
     """Workers fork from a server that has imported robustfl (and torch) once: no per-worker
-    re-import, and no fork of a process whose torch thread pools are already running."""
+    re-import, and no fork of a process whose torch thread pools are already running. The server
+    also imports ``torch._dynamo``, which torch.func's first vmap/grad would otherwise import in
+    every fresh worker (seconds each, counted against a cell's timeout)."""
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["robustfl.simulation.matrix"])
+        ctx.set_forkserver_preload(["robustfl.simulation.matrix", "torch._dynamo"])
         return ctx
     return mp.get_context("spawn")
 
 
+# --- worker processes -----------------------------------------------------------------------
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a matrix; every finished cell is committed. ``str()`` is one line saying how
+    many cells are in the store and that re-running the command resumes."""
+
+
+@dataclass
+class _Fault:
+    """What a worker slot reports instead of a result: a timeout or a dead worker process."""
+
+    message: str
+    elapsed: float
+
+
+def _worker_main(conn: Connection, plugins: Sequence[str], allow_outside: bool, device: str) -> None:
+    """A worker process: run the tasks the driver sends until it sends None or goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            return
+        if msg is None:
+            return
+        kind, payload = msg
+        out: Any
+        if kind == "cell":
+            job, ref = payload
+            out = run_job(job, ref, plugins, allow_outside, device)
+        else:  # "ref": a clean reference run
+            scenario, seed = payload
+            try:
+                out = run_reference(scenario, seed, plugins, device)
+            except Exception as exc:  # the reason, as text: its cells fail with it
+                out = _describe(exc)
+        try:
+            conn.send(out)
+        except (BrokenPipeError, EOFError, OSError):
+            return
+
+
+@dataclass
+class _Slot:
+    proc: Any  # a multiprocessing Process of the pool's context
+    conn: Connection
+    item: Any = None
+    started: float = 0.0
+    deadline: float | None = None
+
+
+class _Pool:
+    """Up to ``size`` worker processes, each running one task at a time.
+
+    Unlike a ``ProcessPoolExecutor`` a single worker can be killed (its task ran past
+    ``timeout``) or lost (it died) without breaking the others: the task is reported as a
+    :class:`_Fault` and a fresh worker takes the next one.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        plugins: Sequence[str],
+        allow_outside: bool,
+        device: str,
+        timeout: float | None = None,
+    ) -> None:
+        self.size, self.timeout = max(1, size), timeout
+        self._args = (list(plugins), allow_outside, device)
+        self._ctx: Any = _mp_context()
+        self._idle: list[_Slot] = []
+        self._busy: dict[Connection, _Slot] = {}
+
+    def _spawn(self) -> _Slot:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, *self._args), daemon=True)
+        proc.start()
+        child.close()
+        return _Slot(proc, parent)
+
+    @staticmethod
+    def _kill(slot: _Slot) -> None:
+        if slot.proc.is_alive():
+            slot.proc.kill()
+        slot.proc.join(5)
+        slot.conn.close()
+
+    def _dispatch(self, item: Any, msg: Any) -> None:
+        for _ in range(2):  # an idle worker may have died: one retry on a fresh one
+            slot = self._idle.pop() if self._idle else self._spawn()
+            try:
+                slot.conn.send(msg)
+            except (BrokenPipeError, EOFError, OSError):
+                self._kill(slot)
+                continue
+            slot.item, slot.started = item, time.monotonic()
+            slot.deadline = slot.started + self.timeout if self.timeout is not None else None
+            self._busy[slot.conn] = slot
+            return
+        raise RuntimeError("cannot start a worker process")
+
+    def _collect(self, slot: _Slot, now: float) -> Any:
+        """The slot's result, a :class:`_Fault` (dead, or past its deadline), or None (running)."""
+        if not slot.conn.poll() and slot.proc.is_alive():
+            if slot.deadline is not None and now >= slot.deadline:
+                return _Fault(f"timeout after {self.timeout:g} s", now - slot.started)
+            return None
+        try:  # a result, or the end of the pipe of a worker that died
+            if slot.conn.poll():
+                return slot.conn.recv()
+        except (EOFError, OSError):
+            pass
+        slot.proc.join(1)
+        return _Fault(f"worker process died (exit code {slot.proc.exitcode})", now - slot.started)
+
+    def imap(
+        self,
+        items: Iterable[Any],
+        message: Callable[[Any], Any],
+        skip: Callable[[Any], Any] | None = None,
+        on_start: Callable[[Any], None] | None = None,
+    ) -> Generator[tuple[Any, Any], None, None]:
+        """Yield ``(item, result)`` as tasks finish (any order); ``result`` is the worker's answer
+        or a :class:`_Fault`. ``skip(item)``, asked just before dispatch, may return a result to
+        yield without running the item."""
+        queue = deque(items)
+        try:
+            while queue or self._busy:
+                while queue and len(self._busy) < self.size:
+                    item = queue.popleft()
+                    got = skip(item) if skip is not None else None
+                    if got is not None:
+                        yield item, got
+                        continue
+                    self._dispatch(item, message(item))
+                    if on_start is not None:
+                        on_start(item)
+                if not self._busy:
+                    continue
+                deadlines = [s.deadline for s in self._busy.values() if s.deadline is not None]
+                wait_s = max(0.0, min(deadlines) - time.monotonic()) + 0.01 if deadlines else None
+                wait_any([*self._busy, *(s.proc.sentinel for s in self._busy.values())], timeout=wait_s)
+                now = time.monotonic()
+                for slot in list(self._busy.values()):
+                    result = self._collect(slot, now)
+                    if result is not None:
+                        del self._busy[slot.conn]
+                        if isinstance(result, _Fault):
+                            self._kill(slot)
+                        else:
+                            self._idle.append(slot)
+                        yield slot.item, result
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop every worker: busy ones are killed, idle ones asked to exit (then killed)."""
+        busy, idle = list(self._busy.values()), list(self._idle)
+        self._busy.clear()
+        self._idle.clear()
+        for slot in busy:
+            self._kill(slot)
+        for slot in idle:
+            with suppress(BrokenPipeError, EOFError, OSError):
+                slot.conn.send(None)
+        for slot in idle:
+            slot.proc.join(2)
+            self._kill(slot)
+
+
+class _SigintGuard:
+    """Ctrl-C raises KeyboardInterrupt as usual, except while a finished cell is being committed:
+    then it is held until the commit is done. Installed only in the main thread, and only when
+    SIGINT has Python's default handler (an embedding program's own handler is left alone)."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending = False
+        self._old: Any = None
+        self._installed = False
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self._depth:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _SigintGuard:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.getsignal(signal.SIGINT)
+            if self._old is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._handler)
+                self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._old)
+            self._installed = False
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt
+
+
 # --- driver ---------------------------------------------------------------------------------
+def _check_timeout(cell_timeout: float | None) -> float | None:
+    if cell_timeout is None:
+        return None
+    ok = isinstance(cell_timeout, int | float) and not isinstance(cell_timeout, bool)
+    if not ok or not math.isfinite(cell_timeout) or cell_timeout <= 0:
+        raise ConfigError(f"--cell-timeout must be a positive number of seconds, got {cell_timeout!r}")
+    return float(cell_timeout)
+
+
 def run_matrix(
     scenario: Scenario,
     *,
@@ -204,49 +461,100 @@ def run_matrix(
     allow_outside_guarantee: bool = False,
     device: str = "cpu",
     progress: Progress | None = None,
+    cell_timeout: float | None = None,
 ) -> MatrixResult:
-    """Run (or resume) a matrix; returns every cell, old and new, in plan order."""
+    """Run (or resume) a matrix; returns every cell, old and new, in plan order.
+
+    ``cell_timeout`` (seconds): a cell still running after it is killed and recorded as failed.
+    Ctrl-C raises :class:`Interrupted` once the finished cells are committed.
+    """
     from .store import Store
 
+    timeout = _check_timeout(cell_timeout)
     jobs = plan(scenario, attacks, defenses, seeds, allow_outside_guarantee=allow_outside_guarantee)
     prov = provenance(scenario, jobs)
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
     db = Store(store) if store is not None else None
+    done: dict[str, Cell] = {}
     try:
-        if db is not None:
-            db.add_run(scenario.to_dict(), prov)
-        done: dict[str, Cell] = {}
-        if db is not None:
-            finished = db.finished_keys()
-            for j in jobs:
-                if j.key in finished:
-                    c = db.get_cell(j.key)
-                    if c is not None:
-                        done[j.key] = c
-        todo = [j for j in jobs if j.key not in done]
-        if progress is not None:
-            progress.start(len(jobs))
-            for c in done.values():
-                progress.cell_finished(c)
-        refs = _references(todo, db, workers, plugins, device, executor, address)
-
-        def record(cell: Cell) -> None:
-            done[cell.key] = cell
+        with _SigintGuard() as guard:
             if db is not None:
-                job = by_key[cell.key]
-                db.put_cell(cell.key, cell, cell_config(job.scenario, job.attack, job.defense, job.seed))
+                db.add_run(scenario.to_dict(), prov)
+                finished = db.finished_keys()
+                for j in jobs:
+                    if j.key in finished:
+                        c = db.get_cell(j.key)
+                        if c is not None:
+                            done[j.key] = c
+            todo = [j for j in jobs if j.key not in done]
             if progress is not None:
-                progress.cell_finished(cell)
+                progress.start(len(jobs))
+                for c in done.values():
+                    progress.cell_finished(c)
+            by_key = {j.key: j for j in todo}
+            from_store: set[str] = set()
 
-        by_key = {j.key: j for j in todo}
-        for cell in _execute(
-            todo, refs, workers, plugins, allow_outside_guarantee, device, executor, address, progress
-        ):
-            record(cell)
+            def record(cell: Cell) -> None:
+                with guard.critical():  # a Ctrl-C now waits until this cell is committed
+                    done[cell.key] = cell
+                    if db is not None and cell.key not in from_store:
+                        j = by_key[cell.key]
+                        db.put_cell(cell.key, cell, cell_config(j.scenario, j.attack, j.defense, j.seed))
+                if progress is not None:
+                    progress.cell_finished(cell)
+
+            def finished_elsewhere(job: Job) -> Cell | None:
+                """A cell another driver sharing the store finished meanwhile."""
+                if db is None:
+                    return None
+                c = db.get_cell(job.key)
+                if c is None or c.status not in ("ok", "diverged"):
+                    return None
+                from_store.add(job.key)
+                return c
+
+            refs, ref_errors = _references(todo, db, workers, plugins, device, executor, address, timeout)
+            runnable = []
+            for j in todo:
+                err = ref_errors.get(reference_key(j.scenario, j.seed))
+                if err is None:
+                    runnable.append(j)
+                else:
+                    record(_fault_cell(j, f"clean reference run (attack none, defense fedavg) failed: {err}"))
+            cells = _execute(
+                runnable,
+                refs,
+                workers,
+                plugins,
+                allow_outside_guarantee,
+                device,
+                executor,
+                address,
+                progress,
+                cell_timeout=timeout,
+                skip=finished_elsewhere,
+            )
+            with closing(cells):  # on Ctrl-C the generator's workers are stopped right here
+                for cell in cells:
+                    record(cell)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_message(done, len(jobs), store)) from None
     finally:
         if db is not None:
             db.close()
     return MatrixResult(scenario.to_dict(), prov, [done[j.key] for j in jobs if j.key in done])
+
+
+def _interrupted_message(done: dict[str, Cell], total: int, store: str | Path | None) -> str:
+    if store is None:
+        return f"interrupted after {len(done)} of {total} cells (no store: nothing was kept)"
+    ran = sum(c.status in ("ok", "diverged") for c in done.values())
+    failed = len(done) - ran
+    extra = f" ({failed} failed, retried on rerun)" if failed else ""
+    return (
+        f"interrupted: {ran} of {total} cells are finished in the store {store}{extra}; "
+        "rerun the same command to resume"
+    )
 
 
 def _needs_reference(job: Job) -> bool:
@@ -261,12 +569,16 @@ def _references(
     device: str,
     executor: str,
     address: str | None,
-) -> dict[str, np.ndarray]:
+    timeout: float | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The clean-run reference models the cells need (from the store, else computed and stored),
+    and the reason for each one that could not be computed (its cells then fail)."""
     need: dict[str, tuple[Scenario, int]] = {}
     for j in todo:
         if _needs_reference(j):
             need.setdefault(reference_key(j.scenario, j.seed), (j.scenario, j.seed))
     refs: dict[str, np.ndarray] = {}
+    errors: dict[str, str] = {}
     missing = []
     for key, (sc, seed) in need.items():
         got = db.get_ref(key) if db is not None else None
@@ -275,18 +587,36 @@ def _references(
         else:
             missing.append((key, sc, seed))
     if not missing:
-        return refs
-    if workers == 1 or len(missing) == 1 or executor != "local":
-        results = [run_reference(sc, seed, plugins, device) for _, sc, seed in missing]
-    else:
-        with ProcessPoolExecutor(min(workers, len(missing)), mp_context=_mp_context()) as pool:
-            futs = [pool.submit(run_reference, sc, seed, plugins, device) for _, sc, seed in missing]
-            results = [f.result() for f in futs]
-    for (key, _, seed), vec in zip(missing, results, strict=True):
-        refs[key] = vec
+        return refs, errors
+
+    def keep(key: str, seed: int, result: Any) -> None:
+        if isinstance(result, _Fault | str):
+            errors[key] = result.message if isinstance(result, _Fault) else result
+            return
+        refs[key] = result
         if db is not None:
-            db.put_ref(key, vec, {"seed": seed})
-    return refs
+            db.put_ref(key, result, {"seed": seed})
+
+    if executor == "local" and (timeout is not None or (workers > 1 and len(missing) > 1)):
+        pool = _Pool(min(workers, len(missing)), plugins, False, device, timeout)
+        for (key, _, seed), answer in pool.imap(missing, lambda m: ("ref", (m[1], m[2]))):
+            keep(key, seed, answer)
+        return refs, errors
+    for key, sc, seed in missing:
+        try:
+            result: Any = run_reference(sc, seed, plugins, device)
+        except Exception as exc:
+            result = _describe(exc)
+        keep(key, seed, result)
+    return refs, errors
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _execute(
@@ -299,36 +629,43 @@ def _execute(
     executor: str,
     address: str | None,
     progress: Progress | None,
-) -> Iterator[Cell]:
+    *,
+    cell_timeout: float | None = None,
+    skip: Callable[[Job], Cell | None] | None = None,
+) -> Generator[Cell, None, None]:
     def ref_of(j: Job) -> np.ndarray | None:
         return refs.get(reference_key(j.scenario, j.seed))
+
+    def started(j: Job) -> None:
+        if progress is not None:
+            progress.cell_started(j.label)
 
     if executor == "ray":
         from .executors import ray_execute
 
-        yield from ray_execute(todo, ref_of, plugins, allow_outside, device, address, progress)
+        extra: dict[str, Any] = {}
+        if _accepts(ray_execute, "workers"):
+            extra["workers"] = workers
+        if cell_timeout is not None:
+            if _accepts(ray_execute, "cell_timeout"):
+                extra["cell_timeout"] = cell_timeout
+            else:
+                logging.getLogger("robustfl").warning(
+                    "--cell-timeout is not supported by --executor ray in this version; cells run without it"
+                )
+        yield from ray_execute(todo, ref_of, plugins, allow_outside, device, address, progress, **extra)
         return
-    if workers == 1 or len(todo) <= 1:
-        for j in todo:
-            if progress is not None:
-                progress.cell_started(j.label)
+    if cell_timeout is None and (workers == 1 or len(todo) <= 1):
+        for j in todo:  # in this process: no timeout to enforce, nothing to isolate
+            got = skip(j) if skip is not None else None
+            if got is not None:
+                yield got
+                continue
+            started(j)
             yield run_job(j, ref_of(j), plugins, allow_outside, device)
         return
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=_mp_context()) as pool:
-        pending: dict[Future[Cell], Job] = {}
-        queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < workers:
-                j = queue.pop(0)
-                pending[pool.submit(run_job, j, ref_of(j), plugins, allow_outside, device)] = j
-                if progress is not None:
-                    progress.cell_started(j.label)
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                j = pending.pop(fut)
-                try:
-                    yield fut.result()
-                except Exception as exc:  # the worker itself died
-                    cell = _failed(j, exc)
-                    cell.sweep, cell.key = dict(j.sweep), j.key
-                    yield cell
+    pool = _Pool(min(workers, len(todo)), plugins, allow_outside, device, cell_timeout)
+    results = pool.imap(todo, lambda j: ("cell", (j, ref_of(j))), skip=skip, on_start=started)
+    with closing(results):
+        for j, result in results:
+            yield _fault_cell(j, result.message, result.elapsed) if isinstance(result, _Fault) else result

@@ -11,6 +11,8 @@ from torch import Tensor
 from ..tasks.base import Problem
 from ..types import Aggregate
 
+_CHUNK = 1 << 16
+
 
 def _norm(v: Tensor) -> float:
     return float(torch.linalg.vector_norm(v.double()))
@@ -28,16 +30,25 @@ def detection(weights: Tensor | None, byz: Tensor) -> tuple[float | None, float 
     return precision, recall
 
 
-def aggregation_error(vector: Tensor, honest: Tensor) -> float | None:
-    """||A(U) - mean(H)|| / sqrt(mean_h ||h - mean(H)||^2); None without honest spread."""
-    if honest.shape[0] == 0:
+def aggregation_error(vector: Tensor, updates: Tensor, honest: Tensor) -> float | None:
+    """||A(U) - mean(H)|| / sqrt(mean_h ||h - mean(H)||^2) over the honest rows (mask ``honest``).
+
+    Accumulated in float64 over column chunks: no (K, P) copy, whatever P is.
+    """
+    n = int(honest.sum())
+    if n == 0:
         return None
-    h = honest.double()
-    mu = h.mean(0)
-    spread = float(((h - mu) ** 2).sum(1).mean())
-    if not spread > 0 or not math.isfinite(spread):
+    h_idx = honest.nonzero().squeeze(1)
+    num = 0.0
+    spread = 0.0
+    for lo in range(0, updates.shape[1], _CHUNK):
+        h = updates[:, lo : lo + _CHUNK].index_select(0, h_idx).double()
+        mu = h.mean(0)
+        spread += float(((h - mu) ** 2).sum()) / n
+        num += float(((vector[lo : lo + _CHUNK].double() - mu) ** 2).sum())
+    if not spread > 0 or not math.isfinite(spread) or not math.isfinite(num):
         return None
-    return _norm(vector.double() - mu) / math.sqrt(spread)
+    return math.sqrt(num) / math.sqrt(spread)
 
 
 def round_metrics(
@@ -75,5 +86,5 @@ def round_metrics(
         m["detection_precision"], m["detection_recall"] = detection(wt, byz)
         if sybil_rows is not None:
             m["sybil_weight"] = float(wt[sybil_rows].sum())
-    m["aggregation_error"] = aggregation_error(agg.vector, updates[~byz])
+    m["aggregation_error"] = aggregation_error(agg.vector, updates, ~byz)
     return m

@@ -17,6 +17,17 @@ metric over the seeds of each group:
 Groups, sweep points, attacks and defenses keep the order in which the cells first show them.
 The rich table (``robustfl.cli.render``) and the heatmap (``robustfl.cli.plots``) read the same
 summary, so every view shows the same numbers.
+
+Worst cases and sweep axes, computed from those group means:
+
+* :func:`worst_case`: per (sweep point, defense), the attack whose mean is worst -- the largest
+  for error metrics (relative drift, ...), the smallest for ``accuracy`` and the detection
+  rates; a diverged group (+inf) is worse than any value. Groups without a value (all seeds
+  failed, or ``n/a``) are left out and counted. The tables end with this "worst case" row.
+* :func:`axis_views`: for each sweep key, rows its values, columns the defenses; an entry
+  summarises the worst cases over attacks at the sweep points with that value: ``mean`` over the
+  other axes' values and ``worst`` of them (the same number when there is one sweep key).
+* :func:`mean_elapsed`: a cell's compute time (``elapsed_s``), mean over its seeds.
 """
 
 from __future__ import annotations
@@ -41,8 +52,12 @@ GUARANTEE_NOTE = "† run outside the rule's guarantee (--allow-outside-guarante
 # Severity bands of the final relative drift: below 0.1 safe, 0.5 weak, 1 poor, else broken.
 BANDS = ((0.1, "safe"), (0.5, "weak"), (1.0, "poor"))
 SEVERITY_METRICS = frozenset({"relative_drift"})
+# Metrics where a larger value is better: their worst case is the smallest.
+HIGHER_IS_BETTER = frozenset({"accuracy", "detection_precision", "detection_recall"})
+WORST_ROW = "worst case"
 
 GroupKey = tuple[str, str, str]  # (sweep label, attack, defense)
+PointKey = tuple[str, str]  # (sweep label, defense)
 
 
 def format_value(x: float) -> str:
@@ -144,6 +159,154 @@ def caption(summary: Mapping[GroupKey, Mapping[str, Any]], metric: str) -> str:
     return text
 
 
+# -- worst cases, sweep axes, time --------------------------------------------------------------
+
+
+def _badness(metric: str, status: str, mean: float) -> float:
+    """Larger is worse: +inf for diverged, the mean (negated where larger is better)."""
+    if status == "diverged" or math.isinf(mean):
+        return math.inf
+    return -mean if metric in HIGHER_IS_BETTER else mean
+
+
+def _band(metric: str, status: str, value: float) -> str | None:
+    return severity({"status": status, "metric": metric, "mean": value})
+
+
+def worst_case(cells: Iterable[Cell], metric: str = "relative_drift") -> dict[PointKey, dict[str, Any]]:
+    """``{(sweep label, defense): worst}``: per sweep point and defense, the worst attack (see
+    the module doc). ``worst`` holds ``sweep``, ``defense``, ``metric``, ``status`` (``ok``,
+    ``diverged``, or ``failed``/``n/a`` when no attack has a value), ``attack`` (None then),
+    ``mean``, ``by_attack`` ({attack: group mean} of the attacks with a value), ``missing``
+    (attacks without one), ``outside_guarantee`` and ``text`` (``0.54 (alie)``)."""
+    summary = summarize(cells, metric)
+    by: dict[PointKey, list[dict[str, Any]]] = {}
+    for (point, _, defense), g in summary.items():
+        by.setdefault((point, defense), []).append(g)
+    out: dict[PointKey, dict[str, Any]] = {}
+    for (point, defense), groups in by.items():
+        ran = [g for g in groups if g["status"] in ("ok", "diverged")]
+        missing = [g["attack"] for g in groups if g not in ran]
+        entry: dict[str, Any] = {
+            "sweep": dict(groups[0]["sweep"]),
+            "defense": defense,
+            "metric": metric,
+            "by_attack": {g["attack"]: g["mean"] for g in ran},
+            "missing": missing,
+            "outside_guarantee": any(g["outside_guarantee"] for g in groups),
+        }
+        if ran:
+            worst = max(ran, key=lambda g: _badness(metric, g["status"], g["mean"]))  # first on ties
+            entry.update(status=worst["status"], attack=worst["attack"], mean=worst["mean"])
+            value = "diverged" if worst["status"] == "diverged" else format_value(worst["mean"])
+            text = f"{value} ({worst['attack']}"
+            text += f"; {len(missing)} without a value)" if missing else ")"
+        else:
+            status = "failed" if any(g["status"] == "failed" for g in groups) else "n/a"
+            entry.update(status=status, attack=None, mean=math.nan)
+            text = status
+        entry["text"] = text
+        entry["severity"] = _band(metric, entry["status"], entry["mean"])
+        out[(point, defense)] = entry
+    return out
+
+
+def axis_views(cells: Iterable[Cell], metric: str = "relative_drift") -> dict[str, dict[str, Any]]:
+    """``{sweep key: view}``, one per key the cells' sweep points carry (first-seen order).
+
+    ``view["values"]``: the key's values as labels (``sweep_label`` style), ``view["defenses"]``,
+    ``view["rows"][(value label, defense)]``: ``mean`` and ``worst`` of :func:`worst_case` over
+    the sweep points with that value (``points`` of them; those without a value left out and
+    counted in ``missing``), ``worst_at`` (the point and attack of the worst), ``status``,
+    ``severity`` (of the worst) and ``text``; ``view["worst"][defense]``: the same over every
+    point (the table's "worst case" row).
+    """
+    wc = worst_case(cells, metric)
+    keys: dict[str, None] = {}
+    for entry in wc.values():
+        keys.update(dict.fromkeys(entry["sweep"]))
+    views: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        values: dict[str, None] = {}
+        defenses: dict[str, None] = {}
+        groups: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+        overall: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for (point, defense), entry in wc.items():
+            if key not in entry["sweep"]:
+                continue
+            label = _plain(entry["sweep"][key])
+            values[label] = None
+            defenses[defense] = None
+            groups.setdefault((label, defense), []).append((point, entry))
+            overall.setdefault(defense, []).append((point, entry))
+        views[key] = {
+            "key": key,
+            "values": list(values),
+            "defenses": list(defenses),
+            "rows": {k: _over_points(v, metric) for k, v in groups.items()},
+            "worst": {d: _over_points(v, metric) for d, v in overall.items()},
+        }
+    return views
+
+
+def _over_points(entries: Sequence[tuple[str, Mapping[str, Any]]], metric: str) -> dict[str, Any]:
+    ran = [(p, e) for p, e in entries if e["status"] in ("ok", "diverged")]
+    out: dict[str, Any] = {
+        "points": len(entries),
+        "missing": len(entries) - len(ran),
+        "metric": metric,
+        "outside_guarantee": any(e["outside_guarantee"] for _, e in entries),
+    }
+    if not ran:
+        status = "failed" if any(e["status"] == "failed" for _, e in entries) else "n/a"
+        out.update(status=status, mean=math.nan, worst=math.nan, worst_at=None, text=status)
+        out["severity"] = _band(metric, status, math.nan)
+        return out
+    point, worst = max(ran, key=lambda pe: _badness(metric, pe[1]["status"], pe[1]["mean"]))
+    diverged = any(e["status"] == "diverged" for _, e in ran)
+    mean = math.inf if diverged else statistics.fmean(e["mean"] for _, e in ran)
+    status = "diverged" if worst["status"] == "diverged" else "ok"
+    out.update(
+        status=status,
+        mean=mean,
+        worst=worst["mean"],
+        worst_at=(point, worst["attack"]),
+        severity=_band(metric, status, worst["mean"]),
+    )
+
+    def fmt(x: float) -> str:
+        return "diverged" if math.isinf(x) else format_value(x)
+
+    text = fmt(worst["mean"]) if len(ran) == 1 else f"{fmt(mean)} (worst {fmt(worst['mean'])})"
+    if out["missing"]:
+        text += f" ({out['missing']} without a value)"
+    out["text"] = text
+    return out
+
+
+def axis_caption(view: Mapping[str, Any], metric: str) -> str:
+    """What an axis view's entries are, in one or two lines."""
+    text = f"final {metric}: worst case over attacks (mean over seeds)"
+    rows = view["rows"].values()
+    if any(r["points"] > 1 for r in rows):
+        text += ", then mean over the other sweep axes (worst in brackets)"
+    return text
+
+
+def mean_elapsed(cells: Iterable[Cell]) -> dict[GroupKey, float]:
+    """``{(sweep label, attack, defense): mean elapsed_s}`` over the seeds that recorded a time
+    (> 0; a cell that failed before running has none)."""
+    times: dict[GroupKey, list[float]] = {}
+    for c in cells:
+        if c.elapsed_s and c.elapsed_s > 0:
+            times.setdefault((sweep_label(c.sweep), c.attack, c.defense), []).append(float(c.elapsed_s))
+    return {k: statistics.fmean(v) for k, v in times.items()}
+
+
+def format_seconds(s: float) -> str:
+    return f"{s:.3g} s"
+
+
 # -- flat formats -------------------------------------------------------------------------------
 
 
@@ -199,25 +362,59 @@ def _md(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|")
 
 
-def to_markdown(cells: Iterable[Cell], metric: str = "relative_drift") -> str:
-    """One Markdown table per sweep point: rows attacks, columns defenses, "mean ± std"."""
+def _md_table(corner: str, columns: Sequence[str], rows: Sequence[tuple[str, list[str]]], sep: str) -> str:
+    lines = [f"| {corner} \\\\ defense | " + " | ".join(_md(c) for c in columns) + " |"]
+    lines.append("|---|" + sep * len(columns))
+    lines += [f"| {head} | " + " | ".join(row) + " |" for head, row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(cells: Iterable[Cell], metric: str = "relative_drift", show_time: bool | None = None) -> str:
+    """One Markdown table per sweep point: rows attacks, columns defenses, "mean ± std", and a
+    "worst case" row (:func:`worst_case`) when there are several attacks; then, for a sweep, one
+    table per sweep key (:func:`axis_views`, numbers right-aligned); then, with ``show_time``
+    (default: when the cells recorded their run times), the mean compute time per cell
+    (:func:`mean_elapsed`)."""
+    cells = list(cells)
     summary = summarize(cells, metric)
+    worst = worst_case(cells, metric)
     parts: list[str] = []
     for point, attacks, defenses in layout(summary):
         if point:
             parts.append(f"**{_md(point)}**\n")
-        lines = ["| attack \\\\ defense | " + " | ".join(_md(d) for d in defenses) + " |"]
-        lines.append("|---|" + "---|" * len(defenses))
+        rows: list[tuple[str, list[str]]] = []
         for a in attacks:
             row = []
             for d in defenses:
                 g = summary.get((point, a, d))
                 mark = f" {DAGGER}" if g is not None and g["outside_guarantee"] else ""
                 row.append("—" if g is None else _md(g["text"]) + mark)
-            lines.append(f"| {_md(a)} | " + " | ".join(row) + " |")
-        parts.append("\n".join(lines) + "\n")
+            rows.append((_md(a), row))
+        if len(attacks) > 1:
+            rows.append((f"**{WORST_ROW}**", [_md(worst[(point, d)]["text"]) for d in defenses]))
+        parts.append(_md_table("attack", defenses, rows, "---|"))
     if summary:
         parts.append(caption(summary, metric).replace("\n", "  \n") + "\n")
+    for key, view in axis_views(cells, metric).items():
+        table = view["rows"]
+        rows = [
+            (_md(v), [_md(table[(v, d)]["text"]) if (v, d) in table else "—" for d in view["defenses"]])
+            for v in view["values"]
+        ]
+        rows.append((f"**{WORST_ROW}**", [_md(view["worst"][d]["text"]) for d in view["defenses"]]))
+        parts.append(f"**by {_md(key)}**\n")
+        parts.append(_md_table(_md(key), view["defenses"], rows, "---:|"))
+        parts.append(axis_caption(view, metric) + "\n")
+    times = mean_elapsed(cells)
+    if show_time or (show_time is None and times):
+        for point, attacks, defenses in layout(summary):
+            parts.append(f"**compute time per cell{', ' + _md(point) if point else ''}**\n")
+            rows = []
+            for a in attacks:
+                keys = [(point, a, d) for d in defenses]
+                rows.append((_md(a), [format_seconds(times[k]) if k in times else "—" for k in keys]))
+            parts.append(_md_table("attack", defenses, rows, "---:|"))
+        parts.append("compute time: a cell's elapsed_s, mean over its seeds\n")
     return "\n".join(parts)
 
 
@@ -232,9 +429,20 @@ _HTML_COLOURS = {
 
 
 def to_html(cells: Iterable[Cell], metric: str = "relative_drift") -> str:
-    """A standalone HTML page: one table per sweep point, cells coloured by severity."""
+    """A standalone HTML page: one table per sweep point (with its "worst case" row), then one per
+    sweep key (:func:`axis_views`), cells coloured by severity."""
+    cells = list(cells)
     summary = summarize(cells, metric)
+    worst = worst_case(cells, metric)
     e = html.escape
+
+    def td(entry: Mapping[str, Any] | None) -> str:  # a worst case, or an axis view's entry
+        if entry is None:
+            return "<td>—</td>"
+        colour = _HTML_COLOURS.get(entry["severity"] or "", "")
+        style = f' style="background:{colour}"' if colour else ""
+        return f"<td{style}>{e(entry['text'])}</td>"
+
     body: list[str] = []
     for point, attacks, defenses in layout(summary):
         if point:
@@ -254,9 +462,24 @@ def to_html(cells: Iterable[Cell], metric: str = "relative_drift") -> str:
                 mark = f" {DAGGER}" if g["outside_guarantee"] else ""
                 tds.append(f"<td{style}>{e(g['text'] + mark)}</td>")
             body.append(f"<tr><th>{e(a)}</th>{''.join(tds)}</tr>")
-        body.append("</tbody></table>")
+        body.append("</tbody>")
+        if len(attacks) > 1:
+            tds = [td(worst[(point, d)]) for d in defenses]
+            body.append(f"<tfoot><tr><th>{WORST_ROW}</th>{''.join(tds)}</tr></tfoot>")
+        body.append("</table>")
     if summary:
         body.append("<p>" + "<br>".join(e(line) for line in caption(summary, metric).splitlines()) + "</p>")
+    for key, view in axis_views(cells, metric).items():
+        body.append(f"<h2>by {e(key)}</h2>")
+        body.append('<table class="robustfl-axis">')
+        heads = "".join(f"<th>{e(d)}</th>" for d in view["defenses"])
+        body.append(f"<thead><tr><th>{e(key)} \\ defense</th>{heads}</tr></thead><tbody>")
+        for v in view["values"]:
+            tds = [td(view["rows"].get((v, d))) for d in view["defenses"]]
+            body.append(f"<tr><th>{e(v)}</th>{''.join(tds)}</tr>")
+        tds = [td(view["worst"][d]) for d in view["defenses"]]
+        body.append(f"</tbody><tfoot><tr><th>{WORST_ROW}</th>{''.join(tds)}</tr></tfoot></table>")
+        body.append(f"<p>{e(axis_caption(view, metric))}</p>")
     style = (
         "body{font-family:sans-serif}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #999;padding:.3em .6em;text-align:right}th{background:#eee}"

@@ -19,8 +19,9 @@ import torch
 from torch import Tensor
 
 from .. import tasks
+from ..defenses._util import row_norms
 from ..errors import ConfigError
-from ..federation import create_algorithm, create_sharing
+from ..federation import Algorithm, Sharing, create_algorithm, create_sharing
 from ..scenario import Scenario, config_hash
 from ..tasks.base import Partition, Problem
 from ..types import AttackContext, DefenseContext, Knowledge
@@ -215,6 +216,7 @@ class Simulation:
             mask = torch.cat([mask, torch.nn.functional.pad(root_mask, (0, pad))], 0)
             root_id = torch.tensor([k_total], device=dev)
 
+        has_extra = type(self.algorithm).extra_grad is not Algorithm.extra_grad
         for t in range(rounds):
             if self.per_round == k_total:
                 ids = torch.arange(k_total)
@@ -223,11 +225,17 @@ class Simulation:
             ids_dev = ids.to(dev)
             byz = is_byz[ids].to(dev)
             coords = self.sharing.begin_round(t, w, ids_dev)
-            start = self.sharing.start_points(w, ids_dev)
 
-            train_ids, train_start = ids_dev, start
-            if merged:
-                train_ids, train_start = torch.cat([ids_dev, root_id]), torch.cat([start, w[None]])
+            train_ids = torch.cat([ids_dev, root_id]) if merged else ids_dev
+            if merged and type(self.sharing) is Sharing:  # all rows start at w: no (S, P) concatenation
+                train_start = w.expand(len(ids) + 1, -1).clone()  # trained in place
+                start = w.expand(len(ids), -1)  # the start points, untouched by training
+            else:
+                start = self.sharing.start_points(w, ids_dev)
+                if merged:
+                    train_start = torch.cat([start, w[None]])
+                else:  # trained in place: keep the start points apart when the algorithm reads them
+                    train_start = start.clone() if has_extra else start
 
             def extra(theta: Tensor, start: Tensor = start, ids_dev: Tensor = ids_dev) -> Tensor | None:
                 if not merged:
@@ -244,11 +252,13 @@ class Simulation:
                 lr=lr,
                 batch_size=bsz,
                 generator=g_train,
-                extra_grad=extra,
+                extra_grad=extra if has_extra else None,
+                inplace=True,
             )
             reference = None
             if merged:
-                theta, g0 = theta[:-1], theta[-1] - w
+                g0 = theta[-1] - w
+                theta = theta[:-1]
                 reference = self.sharing.restrict(g0)
             elif root is not None and root_mask is not None:
                 g0 = (
@@ -277,7 +287,7 @@ class Simulation:
                 attack_stats = dict(getattr(self.attack, "last_stats", {}) or {})
             agg = self.defense(updates, dctx)
             delta = self.sharing.expand(agg.vector.to(dtype))
-            valid = torch.isfinite(torch.linalg.vector_norm(updates, dim=1, dtype=torch.float64))
+            valid = torch.isfinite(row_norms(updates))
             w_new = self.algorithm.server_step(
                 w, delta, rows=updates, ids=ids_dev, valid=valid, server_lr=fed["server_lr"]
             )
@@ -325,7 +335,7 @@ class Simulation:
         granted: Knowledge,
         g_attack: torch.Generator,
     ) -> Tensor:
-        own, honest = rows[byz], rows[~byz]
+        own = rows[byz]  # boolean indexing copies: the attack cannot touch the rows
         oracle = None
         if Knowledge.ORACLE in granted:
             defense, gen_state = self.defense, dctx.generator.get_state()
@@ -338,12 +348,12 @@ class Simulation:
                 return copy.deepcopy(defense)(trial, DefenseContext(**{**dctx.__dict__, "generator": g}))
 
         actx = AttackContext(
-            own=own.clone(),
+            own=own,
             round=t,
             num_clients=k,
             global_model=self.sharing.restrict(w).clone(),
             generator=g_attack,
-            honest=honest.clone() if Knowledge.HONEST in granted else None,
+            honest=rows[~byz] if Knowledge.HONEST in granted else None,
             reference=reference.clone() if reference is not None and Knowledge.REFERENCE in granted else None,
             oracle=oracle,
         )
@@ -351,9 +361,8 @@ class Simulation:
         if not isinstance(mal, Tensor) or tuple(mal.shape) != tuple(own.shape):
             shape = tuple(mal.shape) if isinstance(mal, Tensor) else type(mal).__name__
             raise RuntimeError(f"attack {self.attack_label!r} returned {shape}, expected {tuple(own.shape)}")
-        updates = rows.clone()
-        updates[byz] = mal.to(rows.dtype)
-        return updates
+        rows[byz] = mal.to(rows.dtype)  # the engine's fresh rows: replaced in place
+        return rows
 
     def _poison(
         self, data: tuple[Tensor, ...], mask: Tensor, byz_ids: Tensor, g: torch.Generator

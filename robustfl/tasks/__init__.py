@@ -12,6 +12,7 @@ _BUILTINS = {
     "logreg": "robustfl.tasks.logreg:LogReg",
     "digits": "robustfl.tasks.digits:Digits",
     "mnist": "robustfl.tasks.mnist:MNIST",
+    "cifar10": "robustfl.tasks.cifar10:CIFAR10",
 }
 
 registry = Registry("task", "robustfl.tasks", _BUILTINS)

@@ -12,6 +12,13 @@ and ``z_k ~ N(0, I)``: ``spread`` sets the heterogeneity. With ``diagonal = true
 diagonal (the same eigenvalue law, stored as a (d,) vector), which keeps memory at O(K d) for
 very large ``dim``.
 
+``heterogeneity = "scalar"`` (diagonal only) is the form for millions of parameters: the clients
+share one diagonal ``a`` (eigenvalue law as above), one centre ``m`` and one direction ``v``
+(both N(0, I)), and differ by two scalars, ``A_k = s_k diag(a)`` with ``s_k ~ U[0.5, 1.5]`` and
+``c_k = m + spread * z_k * v`` with ``z_k ~ N(0, 1)``. Then ``w* = m + (sum s_k z_k / sum s_k) spread v``
+and ``F`` is evaluated from three inner products, so the data take O(d + K) memory.
+``dtype = "float32"`` halves the model and update memory (w* is still computed in float64).
+
 Data layout: ``client_data = (A, c)`` with A ``(K, 1, d, d)`` (``(K, 1, d)`` when diagonal) and c
 ``(K, 1, d)``; mask all True; ``num_samples`` all 1. The root set is ``root_size`` further
 quadratics drawn from the same law (its loss is their mean). float64. No labels: only the iid
@@ -25,9 +32,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..errors import ParameterError
 from ..types import TaskInfo
 from ._data import (
     check_bool,
+    check_choice,
     check_common,
     check_float,
     check_int,
@@ -46,6 +55,8 @@ class Quadratic(Task):
     cond: float = 10.0
     spread: float = 1.0
     diagonal: bool = False
+    heterogeneity: str = "full"
+    dtype: str = "float64"
 
     name = "quadratic"
 
@@ -55,6 +66,10 @@ class Quadratic(Task):
         self.cond = check_float(c, "cond", self.cond, low=1.0)
         self.spread = check_float(c, "spread", self.spread, low=0.0)
         self.diagonal = check_bool(c, "diagonal", self.diagonal)
+        self.heterogeneity = check_choice(c, "heterogeneity", self.heterogeneity, ("full", "scalar"))
+        self.dtype = check_choice(c, "dtype", self.dtype, ("float64", "float32"))
+        if self.heterogeneity == "scalar" and not self.diagonal:
+            raise ParameterError("task quadratic: parameter heterogeneity = 'scalar' needs diagonal = true")
 
     def _draw(self, count: int, centre: Tensor, g: torch.Generator) -> tuple[Tensor, Tensor]:
         d = self.dim
@@ -81,6 +96,8 @@ class Quadratic(Task):
     ) -> Problem:
         check_common(clients, root_size, root_bias)
         require_regression_defaults(self.name, partition, root_bias)
+        if self.heterogeneity == "scalar":
+            return self._build_scalar(clients, root_size, generator)
         d, diagonal = self.dim, self.diagonal
         centre = torch.randn(d, generator=generator, dtype=torch.float64)
         a, c = self._draw(clients, centre, generator)
@@ -115,4 +132,53 @@ class Quadratic(Task):
             root_data=root_data,
             root_mask=root_mask,
             extras={"centre": centre},
+        )
+
+    def _build_scalar(self, clients: int, root_size: int, g: torch.Generator) -> Problem:
+        d = self.dim
+        dt = torch.float32 if self.dtype == "float32" else torch.float64
+        a = (self.cond ** -torch.rand(d, generator=g, dtype=torch.float64)).to(dt)
+        m = torch.randn(d, generator=g, dtype=torch.float64).to(dt)
+        v = (self.spread * torch.randn(d, generator=g, dtype=torch.float64)).to(dt)
+
+        def draw(count: int) -> tuple[Tensor, Tensor]:
+            s_ = 0.5 + torch.rand(count, generator=g, dtype=torch.float64)
+            z_ = torch.randn(count, generator=g, dtype=torch.float64)
+            return s_, z_
+
+        s, z = draw(clients)
+
+        def loss(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
+            s_, z_ = batch  # (n,) scalars per sample
+            r = w - m - z_[:, None].to(w.dtype) * v
+            per = 0.5 * s_.to(w.dtype) * (a * r * r).sum(-1)
+            return masked_mean(per, mask)
+
+        aa, mm, vv = a.double(), m.double(), v.double()
+        cav = float((aa * vv * vv).sum())
+
+        def objective(w: Tensor) -> float:  # mean_k 1/2 s_k sum_i a_i (r_i - z_k v_i)^2, r = w - m
+            r = w.double() - mm
+            ar2, arv = float((aa * r * r).sum()), float((aa * r * vv).sum())
+            return float((0.5 * s * (ar2 - 2 * z * arv + z * z * cav)).mean())
+
+        optimum = (mm + float((s * z).sum() / s.sum()) * vv).to(dt)
+        root_data: tuple[Tensor, ...] | None = None
+        root_mask = None
+        if root_size > 0:
+            root_data = draw(root_size)
+            root_mask = torch.ones(root_size, dtype=torch.bool)
+        return Problem(
+            info=TaskInfo(name=self.name, num_classes=None, input_shape=(d,), is_image=False),
+            dim=d,
+            dtype=dt,
+            loss=loss,
+            client_data=(s[:, None], z[:, None]),
+            client_mask=torch.ones(clients, 1, dtype=torch.bool),
+            num_samples=torch.ones(clients, dtype=torch.long),
+            objective=objective,
+            optimum=optimum,
+            root_data=root_data,
+            root_mask=root_mask,
+            extras={"centre": m, "direction": v, "diagonal": a},
         )

@@ -30,8 +30,16 @@ from ..types import Aggregate, AttackContext, Knowledge, TaskInfo
 __all__ = ["check_attack", "make_context"]
 
 
-def make_context(*, f: int, k: int, p: int, dtype: torch.dtype, grant: Knowledge, seed: int = 0,
-                 device: str | torch.device = "cpu") -> AttackContext:
+def make_context(
+    *,
+    f: int,
+    k: int,
+    p: int,
+    dtype: torch.dtype,
+    grant: Knowledge,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> AttackContext:
     """A synthetic round: honest rows around a common direction, own rows likewise, a reference
     update near the honest mean, a non-zero global model, and (if granted) a mean-of-rows oracle."""
     g = torch.Generator().manual_seed(1000 + seed)
@@ -72,14 +80,22 @@ def _call(attack: Any, ctx: AttackContext, label: str, what: str) -> Tensor:
     own = ctx.own
     assert isinstance(out, Tensor), f"{label}: returned {type(out).__name__}, expected a Tensor ({what})"
     assert tuple(out.shape) == tuple(own.shape), (
-        f"{label}: returned shape {tuple(out.shape)}, expected (f, P) = {tuple(own.shape)} ({what})")
+        f"{label}: returned shape {tuple(out.shape)}, expected (f, P) = {tuple(own.shape)} ({what})"
+    )
     assert out.dtype == own.dtype, f"{label}: returned dtype {out.dtype}, input was {own.dtype} ({what})"
     assert out.device == own.device, f"{label}: returned device {out.device}, input was {own.device} ({what})"
     return out
 
 
-def check_attack(attack: Any, *, f: int = 3, k: int = 10, p: int = 50, dtype: torch.dtype = torch.float64,
-                 knowledge: Knowledge | None = None) -> None:
+def check_attack(
+    attack: Any,
+    *,
+    f: int = 3,
+    k: int = 10,
+    p: int = 50,
+    dtype: torch.dtype = torch.float64,
+    knowledge: Knowledge | None = None,
+) -> None:
     """Assert that ``attack`` honours the attack contract; ``knowledge`` = the grant to test under
     (default: what the attack declares)."""
     label = f"attack {type(attack).__name__}"

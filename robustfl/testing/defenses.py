@@ -37,7 +37,6 @@ import torch
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
-from .strategies import gaussian_rows
 
 PROPERTIES = frozenset(
     {
@@ -51,7 +50,17 @@ PROPERTIES = frozenset(
 )
 
 
-def make_context(
+def gaussian_rows(
+    k: int, p: int, *, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64
+) -> Tensor:
+    """``scale * (N(0, I) rows + 0.5 * one shared N(0, I) offset)``, from a generator seeded ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(k, p, generator=g, dtype=torch.float64)
+    offset = torch.randn(1, p, generator=g, dtype=torch.float64)
+    return ((rows + 0.5 * offset) * scale).to(dtype)
+
+
+def make_defense_context(
     k: int,
     p: int,
     *,
@@ -122,7 +131,7 @@ def check_defense(
     u = u.to(device)
     k, p = u.shape
     f = max(0, (k - 3) // 4) if f is None else f
-    ctx = make_context(k, p, f=f, seed=seed, scale=scale, dtype=u.dtype, device=u.device)
+    ctx = make_defense_context(k, p, f=f, seed=seed, scale=scale, dtype=u.dtype, device=u.device)
     rtol = rtol if rtol is not None else (1e-6 if u.dtype == torch.float64 else 1e-3)
     props = frozenset(getattr(defense, "properties", frozenset()))
     unknown = props - PROPERTIES

@@ -8,7 +8,8 @@
 * :func:`scales` -- the magnitudes the project tests at: 1e-10, 1e-5, 1, 1e5, 1e12.
 * :func:`with_byzantine` -- honest rows with f of them replaced, at Hypothesis-chosen positions,
   by Hypothesis-chosen values up to ``max_abs`` (default 1e12); returns (matrix, honest indices).
-* :func:`gaussian_rows` -- the seeded Gaussian fill on its own (no Hypothesis involved).
+* :func:`gaussian_rows` -- the seeded Gaussian fill on its own (defined in
+  ``robustfl.testing.defenses``, which needs no Hypothesis).
 """
 
 from __future__ import annotations
@@ -19,17 +20,9 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
+from .defenses import gaussian_rows
+
 SCALES: tuple[float, ...] = (1e-10, 1e-5, 1.0, 1e5, 1e12)
-
-
-def gaussian_rows(
-    k: int, p: int, *, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64
-) -> Tensor:
-    """``scale * (N(0, I) rows + 0.5 * one shared N(0, I) offset)``, from a generator seeded ``seed``."""
-    g = torch.Generator().manual_seed(seed)
-    rows = torch.randn(k, p, generator=g, dtype=torch.float64)
-    offset = torch.randn(1, p, generator=g, dtype=torch.float64)
-    return ((rows + 0.5 * offset) * scale).to(dtype)
 
 
 def scales() -> st.SearchStrategy[float]:

@@ -61,8 +61,8 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def floor_draws(draws: int) -> int:
-    """Root draws per size for the floor sweep (each a full FLTrust trajectory): ceil(draws/10), >= 2."""
-    return min(draws, max(2, math.ceil(draws / 10)))
+    """Root draws per size for the floor sweep (each a full FLTrust trajectory): ceil(draws/30), >= 2."""
+    return min(draws, max(2, math.ceil(draws / 30)))
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -252,6 +252,7 @@ class Trajectory:
     errors: np.ndarray
     status: str
     checks: np.ndarray | None = None  # (rounds run, 5)
+    cpu_s: float = 0.0  # CPU time of the process that ran it
 
     @property
     def final_error(self) -> float | None:
@@ -521,6 +522,7 @@ def _setting(sc: Scenario, seed: int, device: str) -> Setting:
 def execute(sc: Scenario, plan: Plan, job: Job, device: str = "cpu") -> tuple[Trajectory, bool]:
     """Run one job (in this process or a worker): its trajectory and whether the rule's guarantee
     covers its fraction. The lemma checks are computed on FLTrust's trajectories only."""
+    cpu = time.process_time()
     st = _setting(sc, job.seed, device)
     cs = st.constants(plan.alpha)
     f = plan.byzantine(job.fraction)
@@ -546,6 +548,7 @@ def execute(sc: Scenario, plan: Plan, job: Job, device: str = "cpu") -> tuple[Tr
         granted=Knowledge.grant(plan.knowledge),
         check=is_fl,
     )
+    traj.cpu_s = time.process_time() - cpu
     return traj, _inside(C.spec_name(job.defense), defense, st.num_clients, f, f_hat)
 
 
@@ -590,7 +593,7 @@ def default_workers(plan: Plan, device: str) -> int:
         len(plan.attacks) * len(plan.fractions) * len(plan.defenses)
         + len(plan.root_sizes) * floor_draws(plan.draws)
     )
-    if runs < 40_000:
+    if runs < 10_000:
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
@@ -626,7 +629,7 @@ def run_bound(
     n_workers = default_workers(plan, device) if workers is None else workers
     threads = torch.get_num_threads()
     torch.set_num_threads(plan.threads)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     pool: Any = _Inline()
     if n_workers > 1:
         pool = ProcessPoolExecutor(
@@ -642,6 +645,8 @@ def run_bound(
         torch.set_num_threads(threads)
     report["elapsed_s"] = time.perf_counter() - start
     report["settings"]["workers"] = n_workers
+    # CPU seconds: this process, plus the trajectories run in worker processes
+    report["settings"]["cpu_s"] = time.process_time() - cpu + (report["settings"].pop("_worker_cpu_s"))
     return to_json(report)
 
 
@@ -860,6 +865,7 @@ def _run(sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progr
             "tolerance": TOL,
             "device": device,
             "trajectories_run": len(results),
+            "_worker_cpu_s": sum(t.cpu_s for t, _ in results.values()) if n_workers > 1 else 0.0,
         },
         "scenario": sc.to_dict(),
     }

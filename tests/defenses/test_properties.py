@@ -45,7 +45,7 @@ FACTORIES["centered_clipping(tau=0.5)"] = lambda: D.create("centered_clipping", 
 
 
 @pytest.mark.parametrize("label", sorted(FACTORIES))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     k=st.integers(1, 13),
     p=st.integers(1, 9),

@@ -2,7 +2,8 @@
 AISTATS 2023).
 
 Each row is replaced by the mean of its m = K - f nearest rows (f = f-hat; at least 1), itself
-included (first, even among equal distances; other ties to the lower index):
+included (first, even among equal distances; other ties to the lower index; neighbourhoods
+decided within Gram rounding are re-decided on float64 distances, as Krum's scores are):
 ``u'_i = (1/m) sum_{j in N_i} u_j``, i.e. ``U' = M U`` with M (K x K) row-stochastic. Squared
 distances come from one Gram matrix. Linear: the pullback of weights w' is ``M^T w'``. Rows with
 non-finite entries are at infinite distance from every other row, so they only mix into rows
@@ -18,18 +19,16 @@ import torch
 from torch import Tensor
 
 from ...types import DefenseContext
-from .._select import Distances, f_hat
+from .._select import Distances, f_hat, nearest
 from .._util import check_updates
 from . import Pre, Pullback
 
 
 def mixing_matrix(dist: Distances, m: int) -> Tensor:
     """(K, K) float64 matrix with 1/m at each row's m nearest rows (itself first)."""
-    d = dist.sq.to(torch.float64).clone()
-    d.fill_diagonal_(-1.0)
-    nearest = torch.sort(d, dim=1, stable=True).indices[:, :m]
-    mix = torch.zeros_like(d)
-    return mix.scatter_(1, nearest, 1.0 / m)
+    k = dist.sq.shape[0]
+    mix = torch.zeros(k, k, dtype=torch.float64, device=dist.sq.device)
+    return mix.scatter_(1, nearest(dist, m), 1.0 / m)
 
 
 @dataclass

@@ -1,0 +1,430 @@
+"""``robustfl report STORE --format html``: one self-contained HTML page for a results store.
+
+The page needs nothing but itself: no scripts, no external stylesheet, font or image; every
+figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep point:
+
+* the heatmap of the final relative drift (:func:`robustfl.cli.plots.heatmap`);
+* a table of the final relative drift (and accuracy, on classification tasks): the mean over
+  seeds ± the half-width of its two-sided 95 % Student-t interval,
+  ``t_{0.975, n-1} · s / sqrt(n)`` (from :func:`robustfl.simulation.report.summarize`), coloured
+  by severity, with diverged and failed seeds counted;
+* drift curves: relative drift over rounds, one small plot per attack with a line per defense,
+  the mean over seeds and a shaded 95 % band (the same t interval, per round, over the seeds that
+  reached that round);
+* weight diagnostics for the rules that give rows weights (FedSim, FLTrust, FedAvg, Krum, ...):
+  the Byzantine rows' total weight share and the detection precision and recall ("weight exactly
+  zero" as a flag) over rounds, per attack that has Byzantine clients;
+* the failed cells with their errors, and the provenance of the last run written to the store
+  (versions, where each attack and defense came from, the scenario's hash, the scenario itself).
+
+matplotlib is imported only when a page is drawn.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scipy import stats
+
+from . import report
+from .results import Cell, clean_number
+
+DIAGNOSTICS = (
+    ("byzantine_weight", "Byzantine weight share"),
+    ("detection_precision", "detection precision"),
+    ("detection_recall", "detection recall"),
+)
+_COLOURS = {
+    "safe": "#c8e6c9",
+    "weak": "#fff59d",
+    "poor": "#ffcc80",
+    "broken": "#ef9a9a",
+    "diverged": "#ef9a9a",
+    "failed": "#e1bee7",
+}
+_PROVENANCE_KEYS = ("robustfl", "torch", "numpy", "python", "platform", "scenario_hash", "scenario_path")
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;max-width:1250px}
+h1{font-size:1.5em}h2{font-size:1.25em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
+h3{font-size:1.05em}
+table{border-collapse:collapse;margin:.6em 0}
+td,th{border:1px solid #aaa;padding:.25em .55em;text-align:right;font-size:.9em}
+th{background:#eee}td.l,th.l{text-align:left}
+img{max-width:100%;height:auto;display:block;margin:.5em 0}
+.note{color:#555;font-size:.9em}
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em}
+nav a{margin-right:1em}
+"""
+
+
+# -- numbers ------------------------------------------------------------------------------------
+
+
+def interval(values: Sequence[float]) -> tuple[float, float]:
+    """``(mean, half-width of the two-sided 95 % Student-t interval)``; the half-width is NaN for
+    fewer than two values, and both are NaN for none."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = statistics.fmean(values)
+    if n < 2:
+        return mean, math.nan
+    s = statistics.stdev(values)
+    return mean, float(stats.t.ppf(0.975, n - 1) * s / math.sqrt(n))
+
+
+def curve(cells: Sequence[Cell], metric: str) -> tuple[list[int], list[float], list[float]]:
+    """``(rounds, mean, half-width)`` of ``metric`` per round over the cells' seeds: at each round
+    the seeds that reached it with a finite value (half-width NaN where fewer than two)."""
+    by_round: dict[int, list[float]] = {}
+    for c in cells:
+        for i, m in enumerate(c.rounds):
+            v = clean_number(m.get(metric))
+            if v is None:
+                continue
+            r = clean_number(m.get("round"))
+            by_round.setdefault(int(r) if r is not None else i + 1, []).append(float(v))
+    xs = sorted(by_round)
+    means, halves = [], []
+    for x in xs:
+        mean, half = interval(by_round[x])
+        means.append(mean)
+        halves.append(half)
+    return xs, means, halves
+
+
+def cell_text(group: Mapping[str, Any]) -> str:
+    """``mean ± 95 % half-width`` of a summary group, with its diverged / failed seeds noted."""
+    status = group["status"]
+    if status == "ok":
+        mean, ci, n = group["mean"], group["ci95"], group["n"]
+        text = f"{report.format_value(mean)} " + (
+            f"± {ci:.2g}" if n > 1 and math.isfinite(ci) else "(1 seed)"
+        )
+    elif status == "diverged":
+        ran = group["ok"] + group["diverged"]
+        text = "diverged" if group["diverged"] == ran else f"diverged ({group['diverged']}/{ran})"
+    else:
+        text = str(status)
+    if group["failed"] and status != "failed":
+        text += f" ({group['failed']} failed)"
+    if group["outside_guarantee"]:
+        text += f" {report.DAGGER}"
+    return text
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def _png_uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _figure_png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _heatmap_png(cells: Sequence[Cell], metric: str) -> bytes:
+    from robustfl.cli.plots import heatmap
+
+    with tempfile.TemporaryDirectory(prefix="robustfl-html-") as tmp:
+        path = heatmap(cells, Path(tmp) / "heatmap.png", metric)
+        return path.read_bytes()
+
+
+def _groups(cells: Iterable[Cell]) -> dict[str, dict[str, dict[str, list[Cell]]]]:
+    """``{sweep label: {attack: {defense: [cells over seeds]}}}`` in first-seen order."""
+    out: dict[str, dict[str, dict[str, list[Cell]]]] = {}
+    for c in cells:
+        by_attack = out.setdefault(report.sweep_label(c.sweep), {})
+        by_attack.setdefault(c.attack, {}).setdefault(c.defense, []).append(c)
+    return out
+
+
+def _colours(defenses: Sequence[str]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(defenses) <= 10 else "tab20"]
+    return {d: cmap(i % cmap.N) for i, d in enumerate(defenses)}
+
+
+def _new_figure(rows: int, cols: int, width: float, height: float) -> tuple[Any, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=90, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, axes
+
+
+def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: str, log: bool) -> bool:
+    xs, means, halves = curve(cells, metric)
+    if not xs:
+        return False
+    lo = [m - h if math.isfinite(h) else m for m, h in zip(means, halves, strict=True)]
+    hi = [m + h if math.isfinite(h) else m for m, h in zip(means, halves, strict=True)]
+    if log:  # a band reaching zero or below runs off the bottom of the axes (see drift_figure)
+        lo = [max(v, 1e-300) for v in lo]
+    diverged = sum(c.status == "diverged" for c in cells)
+    if diverged:
+        label += f" ({diverged} diverged)"
+    ax.plot(xs, means, color=colour, linewidth=1.4, label=label)
+    ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
+    return True
+
+
+def drift_figure(
+    attacks: Mapping[str, Mapping[str, Sequence[Cell]]], metric: str = "relative_drift"
+) -> bytes | None:
+    """One small plot per attack, a line per defense: ``metric`` over rounds, mean and 95 % band."""
+    attack_names = [a for a, ds in attacks.items() if any(curve(cs, metric)[0] for cs in ds.values())]
+    if not attack_names:
+        return None
+    defenses = list(dict.fromkeys(d for a in attack_names for d in attacks[a]))
+    colours = _colours(defenses)
+    cols = min(3, len(attack_names))
+    rows = math.ceil(len(attack_names) / cols)
+    fig, axes = _new_figure(rows, cols, 4.1 * cols, 3.0 * rows + 0.6)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(attack_names):
+            ax.set_visible(False)
+            continue
+        a = attack_names[i]
+        values = [v for cs in attacks[a].values() for c in cs for v in _series(c, metric)]
+        log = bool(values) and min(values) > 0
+        for d, cs in attacks[a].items():
+            _plot_line(ax, cs, metric, colours[d], d, log)
+        if log:
+            # The axes fit the seeds' values; a 95 % band below them (it may include zero or less
+            # on few seeds) is cut at the bottom edge rather than stretching the scale.
+            ax.set_yscale("log")
+            ax.set_ylim(min(values) / 1.5, max(values) * 1.5)
+        ax.set_title(f"attack: {a}", fontsize=9)
+        ax.set_xlabel("round", fontsize=8)
+        ax.set_ylabel(metric.replace("_", " "), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _figure_png(fig)
+
+
+def _series(cell: Cell, metric: str) -> list[float]:
+    return [float(v) for m in cell.rounds if (v := clean_number(m.get(metric))) is not None]
+
+
+def diagnostics_figure(attacks: Mapping[str, Mapping[str, Sequence[Cell]]]) -> bytes | None:
+    """Per attack with Byzantine clients (a row): the Byzantine weight share and the detection
+    precision and recall over rounds (columns), a line per defense that gives rows weights."""
+    rows_of: list[tuple[str, dict[str, Sequence[Cell]]]] = []
+    for a, ds in attacks.items():
+        weighted = {d: cs for d, cs in ds.items() if any(_series(c, "byzantine_weight") for c in cs)}
+        has_byzantine = any(_series(c, "detection_recall") for cs in weighted.values() for c in cs)
+        if weighted and has_byzantine:
+            rows_of.append((a, weighted))
+    if not rows_of:
+        return None
+    defenses = list(dict.fromkeys(d for _, ds in rows_of for d in ds))
+    colours = _colours(defenses)
+    fig, axes = _new_figure(len(rows_of), len(DIAGNOSTICS), 4.1 * len(DIAGNOSTICS), 2.7 * len(rows_of) + 0.6)
+    for r, (a, ds) in enumerate(rows_of):
+        for k, (metric, title) in enumerate(DIAGNOSTICS):
+            ax = axes[r][k]
+            for d, cs in ds.items():
+                _plot_line(ax, cs, metric, colours[d], d, log=False)
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_title(f"{title} — attack: {a}", fontsize=9)
+            ax.set_xlabel("round", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(True, alpha=0.3)
+            if k == 0:
+                ax.legend(fontsize=7)
+    return _figure_png(fig)
+
+
+# -- the page -----------------------------------------------------------------------------------
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img src="{_png_uri(png)}" alt="{html.escape(alt)}">'
+
+
+def _table(cells: Sequence[Cell], metric: str) -> list[str]:
+    e = html.escape
+    summary = report.summarize(cells, metric)
+    out: list[str] = []
+    for point, attacks, defenses in report.layout(summary):
+        if point:
+            out.append(f"<h3>{e(point)}</h3>")
+        out.append(f'<table class="matrix" data-metric="{e(metric)}">')
+        out.append(
+            '<thead><tr><th class="l">attack \\ defense</th>' + "".join(f"<th>{e(d)}</th>" for d in defenses)
+        )
+        out.append("</tr></thead><tbody>")
+        for a in attacks:
+            tds = []
+            for d in defenses:
+                g = summary.get((point, a, d))
+                if g is None:
+                    tds.append("<td>—</td>")
+                    continue
+                colour = _COLOURS.get(report.severity(g) or "", "")
+                style = f' style="background:{colour}"' if colour else ""
+                tds.append(f"<td{style}>{e(cell_text(g))}</td>")
+            out.append(f'<tr><th class="l">{e(a)}</th>{"".join(tds)}</tr>')
+        out.append("</tbody></table>")
+    seeds = sorted({g["ok"] + g["diverged"] + g["failed"] for g in summary.values()})
+    over = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+    note = (
+        f"final {e(metric)}: mean over {over} seed(s) ± half-width of the 95 % Student-t interval "
+        "(t<sub>0.975, n−1</sub>·s/√n)."
+    )
+    if metric in report.SEVERITY_METRICS:
+        note += " Colours: below 0.1 safe (green), 0.5 weak, 1 poor, else broken (red)."
+    if any(g["outside_guarantee"] for g in summary.values()):
+        note += " " + e(report.GUARANTEE_NOTE)
+    out.append(f'<p class="note">{note}</p>')
+    return out
+
+
+def _failures(cells: Sequence[Cell]) -> list[str]:
+    e = html.escape
+    bad = [c for c in cells if c.status == "failed"]
+    if not bad:
+        return []
+    out = [f'<h2 id="failed">Failed cells ({len(bad)})</h2>', "<table><thead><tr>"]
+    out.append('<th class="l">sweep</th><th class="l">attack</th><th class="l">defense</th><th>seed</th>')
+    out.append('<th class="l">error</th></tr></thead><tbody>')
+    for c in bad:
+        out.append(
+            f'<tr><td class="l">{e(report.sweep_label(c.sweep))}</td><td class="l">{e(c.attack)}</td>'
+            f'<td class="l">{e(c.defense)}</td><td>{c.seed}</td><td class="l">{e(c.error or "")}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+def _provenance(scenario: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None) -> list[str]:
+    e = html.escape
+    out = ['<h2 id="provenance">Provenance</h2>']
+    if not provenance and not scenario:
+        out.append('<p class="note">The store records no run.</p>')
+        return out
+    prov = dict(provenance or {})
+    rows: list[tuple[str, str]] = []
+    for key in _PROVENANCE_KEYS:
+        if prov.get(key) is not None:
+            rows.append((key, str(prov[key])))
+    if prov.get("overrides"):
+        rows.append(("overrides", " ".join(str(o) for o in prov["overrides"])))
+    created = prov.get("created")
+    if isinstance(created, int | float) and math.isfinite(created):
+        rows.append(("run started", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created))))
+    known = {*_PROVENANCE_KEYS, "overrides", "created", "origins"}
+    rows += [
+        (k, v if isinstance(v, str) else json.dumps(v, default=str))
+        for k, v in prov.items()
+        if k not in known
+    ]
+    out.append('<table class="provenance"><tbody>')
+    out += [f'<tr><th class="l">{e(k)}</th><td class="l">{e(v)}</td></tr>' for k, v in rows]
+    out.append("</tbody></table>")
+    origins = prov.get("origins") or {}
+    if isinstance(origins, Mapping) and origins:
+        out.append("<h3>Where each attack and defense came from</h3>")
+        out.append('<table class="origins"><thead><tr><th class="l">name</th><th class="l">origin</th></tr>')
+        out.append("</thead><tbody>")
+        out += [
+            f'<tr><td class="l">{e(str(k))}</td><td class="l">{e(str(v))}</td></tr>'
+            for k, v in origins.items()
+        ]
+        out.append("</tbody></table>")
+    if scenario:
+        text = json.dumps(scenario, indent=1, sort_keys=False, default=str, allow_nan=True)
+        out.append(f"<details><summary>scenario (resolved)</summary><pre>{e(text)}</pre></details>")
+    return out
+
+
+def page(
+    cells: Iterable[Cell],
+    scenario: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    *,
+    metric: str = "relative_drift",
+    title: str = "robustfl results",
+) -> str:
+    """The whole HTML page (see the module docstring)."""
+    cells = list(cells)
+    e = html.escape
+    body: list[str] = [f"<h1>{e(title)}</h1>"]
+    statuses = {s: sum(c.status == s for c in cells) for s in ("ok", "diverged", "failed")}
+    body.append(
+        f'<p class="note">{len(cells)} cells: {statuses["ok"]} ok, {statuses["diverged"]} diverged, '
+        f"{statuses['failed']} failed.</p>"
+    )
+    if not cells:
+        body.append("<p>The store holds no cells yet.</p>")
+        body += _provenance(scenario, provenance)
+        return _document(title, body)
+    body.append(
+        '<nav><a href="#matrix">matrix</a><a href="#curves">drift curves</a>'
+        '<a href="#diagnostics">weight diagnostics</a>'
+        + ('<a href="#failed">failed cells</a>' if statuses["failed"] else "")
+        + '<a href="#provenance">provenance</a></nav>'
+    )
+    body.append('<h2 id="matrix">Final relative drift</h2>')
+    body.append(_img(_heatmap_png(cells, metric), f"heatmap of the final {metric}"))
+    body += _table(cells, metric)
+    if any(clean_number(c.final.get("accuracy")) is not None for c in cells):
+        body.append("<h2>Final accuracy</h2>")
+        body += _table(cells, "accuracy")
+    groups = _groups(cells)
+    body.append('<h2 id="curves">Drift over rounds</h2>')
+    body.append(
+        f'<p class="note">{e(metric.replace("_", " "))} per round: mean over seeds, shaded 95 % '
+        "Student-t band over the seeds that reached the round.</p>"
+    )
+    for point, attacks in groups.items():
+        if point:
+            body.append(f"<h3>{e(point)}</h3>")
+        png = drift_figure(attacks, metric)
+        body.append(_img(png, f"{metric} over rounds {point}") if png else '<p class="note">no values</p>')
+    body.append('<h2 id="diagnostics">Weight diagnostics</h2>')
+    body.append(
+        '<p class="note">For rules that weight rows (FedSim, FLTrust, FedAvg, Krum, ...): the total '
+        "weight given to Byzantine rows, and the precision and recall of “weight exactly zero” as a "
+        "Byzantine flag; mean over seeds with a 95 % band.</p>"
+    )
+    for point, attacks in groups.items():
+        png = diagnostics_figure(attacks)
+        if point:
+            body.append(f"<h3>{e(point)}</h3>")
+        body.append(
+            _img(png, f"weight diagnostics {point}")
+            if png
+            else '<p class="note">No rule here reports row weights under an attack.</p>'
+        )
+    body += _failures(cells)
+    body += _provenance(scenario, provenance)
+    return _document(title, body)
+
+
+def _document(title: str, body: Sequence[str]) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
