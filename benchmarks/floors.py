@@ -26,7 +26,7 @@ from torch import Tensor
 from robustfl.defenses import create
 from robustfl.types import DefenseContext
 
-from .rules import alternate, make_updates, verdict
+from .rules import BIG, alternate, make_updates, verdict
 
 # rule -> (floor name, target ratio or None)
 FLOORS: dict[str, tuple[str, float | None]] = {
@@ -89,7 +89,10 @@ def bench_floors(
         rule = create(name)
         try:
             best, ran = alternate(
-                {"rule": lambda r=rule: r(u, ctx), "floor": floor_fn(floor, u, f)}, repeats, budget_s=budget_s
+                {"rule": lambda r=rule: r(u, ctx), "floor": floor_fn(floor, u, f)},
+                repeats,
+                budget_s=budget_s,
+                collect=u.numel() >= BIG,
             )
             ratio = best["rule"] / best["floor"]
             rec: dict[str, Any] = {
@@ -105,5 +108,6 @@ def bench_floors(
         except Exception as e:  # report and go on
             rec = {"name": name, "floor": floor, "error": f"{type(e).__name__}: {e}", "verdict": "ERR"}
         cases.append(rec)
-        gc.collect()
+        if u.numel() >= BIG:
+            gc.collect()
     return {"k": k, "p": p, "f": f, "dtype": "float32", "threads": torch.get_num_threads(), "cases": cases}

@@ -148,7 +148,7 @@ def test_population_gradient_and_optimum(setting: B.Setting) -> None:
     assert float(torch.linalg.vector_norm(setting.grad(setting.w_star))) < 1e-12
     evals = np.linalg.eigvalsh(ex_sigma + l2 * np.eye(len(w)))
     cs = setting.constants(None)
-    assert cs.mu == pytest.approx(evals[0]) and cs.L == pytest.approx(evals[-1])
+    assert (cs.mu, cs.L) == pytest.approx((evals[0], evals[-1]))
     assert cs.alpha == pytest.approx(evals[0] / (2 * evals[-1] ** 2))
 
 
@@ -167,10 +167,20 @@ def test_trajectory_and_lemma_columns_match_a_slow_literal_replay(setting: B.Set
     """Sign flip at f = 12 of 20 on FLTrust: iterates, Lemma 1 and Lemma 2 columns, root error."""
     st, cs, f, rounds = setting, setting.constants(None), 12, 15
     traj = B.run_trajectory(
-        st, attacks.create("sign_flip"), defenses.create("fltrust"), f=f, f_hat=f, alpha=cs.alpha,
-        alpha_lemma=cs.alpha_lemma, lemma2_factor=cs.lemma2_factor, rounds=rounds, root=st.root,
-        attack_gen=torch.Generator().manual_seed(0), defense_gen=torch.Generator().manual_seed(0),
-        granted=Knowledge.grant("full"), check=True,
+        st,
+        attacks.create("sign_flip"),
+        defenses.create("fltrust"),
+        f=f,
+        f_hat=f,
+        alpha=cs.alpha,
+        alpha_lemma=cs.alpha_lemma,
+        lemma2_factor=cs.lemma2_factor,
+        rounds=rounds,
+        root=st.root,
+        attack_gen=torch.Generator().manual_seed(0),
+        defense_gen=torch.Generator().manual_seed(0),
+        granted=Knowledge.grant("full"),
+        check=True,
     )
     assert traj.checks is not None
     byz = set(st.byz_order[:f].tolist())
@@ -188,7 +198,8 @@ def test_trajectory_and_lemma_columns_match_a_slow_literal_replay(setting: B.Set
         gf = sig @ (w - wt) + l2 * w
         lhs1, rhs1 = np.linalg.norm(g - gf), 3 * np.linalg.norm(g0 - gf) + 2 * np.linalg.norm(gf)
         lhs2, rhs2 = np.linalg.norm(w - cs.alpha_lemma * gf - ws), q * np.linalg.norm(w - ws)
-        np.testing.assert_allclose(traj.checks[t], [lhs1, rhs1, lhs2, rhs2, np.linalg.norm(g0 - gf)], rtol=1e-9)
+        ref = [lhs1, rhs1, lhs2, rhs2, np.linalg.norm(g0 - gf)]
+        np.testing.assert_allclose(traj.checks[t], ref, rtol=1e-9)
         assert lhs1 <= rhs1 and lhs2 <= rhs2
         assert traj.errors[t] == pytest.approx(np.linalg.norm(w - ws), rel=1e-9)
         w = w - cs.alpha * g
@@ -198,9 +209,19 @@ def test_trajectory_and_lemma_columns_match_a_slow_literal_replay(setting: B.Set
 def test_divergence_stops_the_run(setting: B.Setting) -> None:
     cs = setting.constants(None)
     traj = B.run_trajectory(
-        setting, attacks.create("scaling"), defenses.create("fedavg"), f=18, f_hat=18, alpha=cs.alpha,
-        alpha_lemma=cs.alpha_lemma, lemma2_factor=cs.lemma2_factor, rounds=200, root=setting.root,
-        attack_gen=torch.Generator(), defense_gen=torch.Generator(), granted=Knowledge.grant("full"),
+        setting,
+        attacks.create("scaling"),
+        defenses.create("fedavg"),
+        f=18,
+        f_hat=18,
+        alpha=cs.alpha,
+        alpha_lemma=cs.alpha_lemma,
+        lemma2_factor=cs.lemma2_factor,
+        rounds=200,
+        root=setting.root,
+        attack_gen=torch.Generator(),
+        defense_gen=torch.Generator(),
+        granted=Knowledge.grant("full"),
         check=False,
     )
     assert traj.status == "diverged" and traj.final_error is None and traj.rounds < 200
@@ -269,9 +290,18 @@ def test_cli_writes_json_and_png(ran: tuple[int, dict[str, Any], Path]) -> None:
     assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     for key, typ in {
-        "rho": float, "rho_literal": float, "theorem_vacuous": bool, "lemma1_violations": int,
-        "lemma1_max_ratio": float, "lemma2_violations": int, "rounds_checked": int, "fractions": list,
-        "root_optimum_error": float, "root_error_slope": dict, "floor_slope": dict, "linear_rate": dict,
+        "rho": float,
+        "rho_literal": float,
+        "theorem_vacuous": bool,
+        "lemma1_violations": int,
+        "lemma1_max_ratio": float,
+        "lemma2_violations": int,
+        "rounds_checked": int,
+        "fractions": list,
+        "root_optimum_error": float,
+        "root_error_slope": dict,
+        "floor_slope": dict,
+        "linear_rate": dict,
     }.items():
         assert isinstance(r[key], typ), key
     for key in ("root_error_slope", "floor_slope"):
@@ -307,8 +337,11 @@ def test_cli_claims(ran: tuple[int, dict[str, Any], Path], setting: B.Setting) -
     assert all(x["status"] == "ok" and x["final_error"] <= 1.5 * base for x in fl)
     worst = max(x["final_error"] for x in fl)
     for name in ("fedavg", "median"):
-        row = next(x for x in r["fractions"] if x["attack"] == "sign_flip" and x["fraction"] == 0.6
-                   and x["defense"] == name)
+        row = next(
+            x
+            for x in r["fractions"]
+            if x["attack"] == "sign_flip" and x["fraction"] == 0.6 and x["defense"] == name
+        )
         assert row["status"] == "diverged" or row["final_error"] >= 10 * worst
         assert row["inside_guarantee"] is False
     # the root error's slope: -0.5 inside the interval, 0 outside

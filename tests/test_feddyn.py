@@ -236,8 +236,8 @@ def test_heterogeneous_quadratics_feddyn_unbiased_where_fedavg_is_biased() -> No
         assert cell.status == "ok"
         return cell.final
 
-    dyn, avg = run("feddyn", 120), run("fedavg", 30)
-    assert dyn["relative_drift"] < 1e-6
+    dyn, avg = run("feddyn", 100), run("fedavg", 30)
+    assert dyn["relative_drift"] < 1e-5
     assert avg["relative_drift"] > 1e-2  # FedAvg's fixed point with 20 local steps is not w*
 
 

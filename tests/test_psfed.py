@@ -181,43 +181,56 @@ def test_random_coverage_follows_one_minus_one_minus_p_to_the_t() -> None:
     assert ps.stats()["coverage"] == 1.0  # (1 - p)^300 * P ~ 4e-4 expected misses
 
 
-@pytest.mark.parametrize("explore", [0.0, 0.5])
-@pytest.mark.parametrize("mask", ["magnitude", "gradient"])
-def test_score_masks_reach_every_coordinate_and_keep_moving(mask: str, explore: float) -> None:
+def _score_mask_run(mask: str, explore: float, rounds: int = 400) -> tuple[PSFed, int | None, list[Tensor]]:
     p_dim, clients, k = 60, 4, 6
     targets = torch.randn(clients, p_dim, generator=torch.Generator().manual_seed(2), dtype=F64) * 3
     w = torch.randn(p_dim, generator=torch.Generator().manual_seed(3), dtype=F64)
     ps = _psfed(p_dim, clients, w, fraction=k / p_dim, mask=mask, explore=explore, seed=0)
     ids = torch.arange(clients)
-    reached_by = None
-    seen_late = torch.zeros(p_dim, dtype=torch.bool)
-    for t in range(400):
+    reached_by, masks = None, []
+    for t in range(rounds):
         w, coords = _round(ps, t, w, ids, targets)
         assert coords is not None and coords.numel() == k
+        masks.append(coords)
         if reached_by is None and ps.stats()["coverage"] == 1.0:
             reached_by = t + 1
-        if t >= 200:
-            seen_late[coords] = True
-    # never-synced coordinates score +inf: every coordinate is reached within ceil(P / by_score) rounds
-    by_score = math.floor((1 - explore) * k + 0.5)
-    assert reached_by is not None and reached_by <= math.ceil(p_dim / by_score) + 1
-    if explore > 0:  # with exploration the mask keeps moving: every coordinate again in rounds 200..399
-        assert bool(seen_late.all())
-        assert ps.stats()["max_staleness"] < 200
+    return ps, reached_by, masks
+
+
+@pytest.mark.parametrize(("mask", "explore"), [("gradient", 0.0), ("gradient", 0.5), ("magnitude", 0.5)])
+def test_score_masks_reach_every_coordinate_and_keep_moving(mask: str, explore: float) -> None:
+    ps, reached_by, masks = _score_mask_run(mask, explore)
+    assert reached_by is not None
+    if mask == "gradient":  # round 0 random, then never-synced coordinates score +inf and go first
+        by_score = math.floor((1 - explore) * 6 + 0.5)
+        assert reached_by <= 1 + math.ceil((60 - 6) / by_score)
+    late = torch.zeros(60, dtype=torch.bool)
+    for coords in masks[200:]:
+        late[coords] = True
+    assert bool(late.all())  # the mask keeps moving: every coordinate synced again in rounds 200..399
+    assert ps.stats()["max_staleness"] < 200
+
+
+def test_magnitude_mask_without_exploration_freezes() -> None:
+    """The failure the two measures prevent: top-k by |w| with explore = 0 settles on one mask."""
+    ps, reached_by, masks = _score_mask_run("magnitude", 0.0, rounds=150)
+    assert reached_by is None and ps.stats()["coverage"] < 1.0
+    assert all(torch.equal(m, masks[-1]) for m in masks[-50:])
 
 
 def test_score_mask_ranks_by_score_with_ties_to_lower_index() -> None:
     w = torch.tensor([0.5, -3.0, 2.0, -2.0, 0.1, 2.0], dtype=F64)
     ps = _psfed(6, 1, w, fraction=0.5, mask="magnitude", explore=0.0, seed=0)
-    ps.last_sync[:] = 0  # pretend every coordinate was synced: pure |w| ranking
-    coords = ps.select(1, w)
-    assert coords.tolist() == [1, 2, 3]  # |w| = 3, then 2 (index 2), 2 (index 3); index 5 loses the tie
-    ps.last_sync[4] = -1  # a never-synced coordinate scores +inf
-    assert ps.select(1, w).tolist() == [1, 2, 4]
-    ps2 = _psfed(6, 1, w, fraction=0.5, mask="magnitude", explore=0.5, seed=0)
-    ps2.last_sync[:] = 0
-    for t in range(5):  # floor(0.5 * 3 + 0.5) = 2 by score, 1 drawn from the rest
-        c = ps2.select(t, w).tolist()
+    # |w| = 3 (index 1), then 2 at indices 2, 3 and 5: the tie goes to the lower indices
+    assert ps.select(1, w).tolist() == [1, 2, 3]
+    gr = _psfed(6, 1, w, fraction=0.5, mask="gradient", explore=0.0, seed=0)
+    gr.change[:] = torch.tensor([0.1, 0.7, 0.0, 0.7, 0.2, 0.7], dtype=F64)
+    assert gr.select(1, w).tolist() == [1, 3, 5]
+    gr.change[4] = math.inf  # never synced: +inf, first in line
+    assert gr.select(1, w).tolist() == [1, 3, 4]
+    ex = _psfed(6, 1, w, fraction=0.5, mask="magnitude", explore=0.5, seed=0)
+    for t in range(5):  # floor(0.5 * 3 + 0.5) = 2 by score, 1 drawn from the other 4
+        c = ex.select(t, w).tolist()
         assert len(c) == 3 and 1 in c and 2 in c
 
 

@@ -67,14 +67,24 @@ class BoundProgress:
 
 def constants_table(r: Mapping[str, Any]) -> Table:
     c = r["constants"]
-    t = Table(title="Theorem 1's constants", title_justify="left", show_header=False, box=None, padding=(0, 2))
+    t = Table(
+        title="Theorem 1's constants", title_justify="left", show_header=False, box=None, padding=(0, 2)
+    )
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_column(style="dim")
-    t.add_row("mu, L (Sigma + l2 I)", f"{_num(c['mu'], '.4g')}, {_num(c['L'], '.4g')}", f"L/mu = {_num(c['cond'], '.3g')}")
-    t.add_row("alpha (server step)", _num(c["alpha"], ".4g"), f"Lemma 2's mu/(2L^2) = {_num(c['alpha_lemma'], '.4g')}")
+    t.add_row(
+        "mu, L (Sigma + l2 I)",
+        f"{_num(c['mu'], '.4g')}, {_num(c['L'], '.4g')}",
+        f"L/mu = {_num(c['cond'], '.3g')}",
+    )
+    t.add_row(
+        "alpha (server step)",
+        _num(c["alpha"], ".4g"),
+        f"Lemma 2's mu/(2L^2) = {_num(c['alpha_lemma'], '.4g')}",
+    )
     t.add_row("Lemma 2 factor", _num(c["lemma2_factor"], ".5f"), "sqrt(1 - mu^2/(4L^2))")
-    t.add_row("rho (proof-supported)", _num(r["rho"], ".4g"), "at alpha, Delta2 = 0: an upper bound on the true rho")
+    t.add_row("rho (proof-supported)", _num(r["rho"], ".4g"), "at alpha, Delta2 = 0: an upper bound on rho")
     t.add_row("rho_literal", _num(r["rho_literal"], ".4g"), "the printed formula at alpha, Delta2 = 0")
     t.add_row(
         "sigma1, Delta1",
@@ -171,7 +181,8 @@ def print_bound(report: Mapping[str, Any], console: Console | None = None, quiet
             Text(
                 f"FLTrust's error bound (Cao et al., NDSS 2021, Theorem 1) -- scenario {s['scenario']}: "
                 f"{s['clients']} clients, {s['rounds']} rounds, alpha = {_num(s.get('alpha'), '.4g')}, "
-                f"{report['rounds_checked']} FLTrust rounds checked, {_num(report.get('elapsed_s'), '.1f')} s",
+                f"{report['rounds_checked']} FLTrust rounds checked, "
+                f"{_num(report.get('elapsed_s'), '.1f')} s",
                 style="bold",
             )
         )

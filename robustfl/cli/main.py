@@ -379,16 +379,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     changed = [r for r in rows if r["change"] != "same"]
     if changed:
         show_sweep = any(r["sweep"] for r in changed)
+        metrics = [("relative_drift", "drift")]
+        if any(r["accuracy_a"] is not None or r["accuracy_b"] is not None for r in changed):
+            metrics.append(("accuracy", "acc"))
         table = Table(title=f"A = {args.store_a}   B = {args.store_b}", title_justify="left")
-        left = ["sweep"] if show_sweep else []
-        for col in [*left, "attack", "defense", "seed", "change", "status A -> B"]:
+        for col in [*(["sweep"] if show_sweep else []), "attack", "defense", "seed", "change", "status"]:
             table.add_column(col, justify="right" if col == "seed" else "left")
-        for col in ("drift A", "drift B", "Δ drift", "acc A", "acc B", "Δ acc"):
-            table.add_column(col, justify="right")
+        for _, short in metrics:
+            for col in (f"{short} A", f"{short} B", f"Δ {short}"):
+                table.add_column(col, justify="right")
         for r in changed:
-            status = r["status_a"] or "—"
-            if r["status_b"] != r["status_a"]:
-                status += f" -> {r['status_b'] or '—'}"
+            a, b = r["status_a"], r["status_b"]
+            status = f"{a} -> {b}" if a is not None and b is not None and a != b else str(a or b)
+            values = []
+            for m, _ in metrics:
+                values += [num(r[f"{m}_a"]), num(r[f"{m}_b"]), num(r[f"{m}_delta"], delta=True)]
             table.add_row(
                 *([sweep_label(r["sweep"])] if show_sweep else []),
                 r["attack"],
@@ -396,19 +401,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 str(r["seed"]),
                 Text(words[r["change"]], style=styles[r["change"]]),
                 status,
-                num(r["relative_drift_a"]),
-                num(r["relative_drift_b"]),
-                num(r["relative_drift_delta"], delta=True),
-                num(r["accuracy_a"]),
-                num(r["accuracy_b"]),
-                num(r["accuracy_delta"], delta=True),
+                *values,
             )
         console.print(table)
     line = (
         f"{len(rows)} cells: {n['same']} unchanged, {n['changed']} changed values, {n['status']} changed "
         f"status, {n['only_a']} only in A, {n['only_b']} only in B"
     )
-    console.print(line + ("" if changed else " (no differences)"), highlight=False, markup=False)
+    line += "" if changed else " (no differences)"
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

@@ -164,18 +164,18 @@ class PSFed(Sharing):
         return self.coords
 
     def start_points(self, w: Tensor, ids: Tensor) -> Tensor:
-        xs = self.x.index_select(0, ids)
-        xs[self.new] = w
-        if self.coords is None:
-            xs[:] = w
-        else:
-            xs[:, self.coords] = w[self.coords]
         self.seen[ids] = True
+        if self.coords is None:  # every coordinate synced: x_k <- w
+            return w.expand(ids.numel(), -1).clone()
+        xs = self.x.index_select(0, ids)
+        xs[self.new] = w  # first participation: a full copy of w
+        xs[:, self.coords] = w[self.coords]
         return xs
 
     def rows(self, theta: Tensor, w: Tensor, ids: Tensor) -> Tensor:
+        """``theta`` is the engine's fresh output: it becomes x_k, then (all shared) is consumed in place."""
         self.x.index_copy_(0, ids, theta.to(self.x.dtype))
-        return theta - w if self.coords is None else theta[:, self.coords] - w[self.coords]
+        return theta.sub_(w) if self.coords is None else theta[:, self.coords] - w[self.coords]
 
     def restrict(self, v: Tensor) -> Tensor:
         return v if self.coords is None else v.index_select(0, self.coords)

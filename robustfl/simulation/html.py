@@ -170,10 +170,11 @@ def _new_figure(rows: int, cols: int, width: float, height: float) -> tuple[Any,
     return fig, axes
 
 
-def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: str, log: bool) -> bool:
+def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: str, log: bool) -> float:
+    """Draw the mean and its band; returns the band's top (NaN when nothing was drawn)."""
     xs, means, halves = curve(cells, metric)
     if not xs:
-        return False
+        return math.nan
     lo = [m - h if math.isfinite(h) else m for m, h in zip(means, halves, strict=True)]
     hi = [m + h if math.isfinite(h) else m for m, h in zip(means, halves, strict=True)]
     if log:  # a band reaching zero or below runs off the bottom of the axes (see drift_figure)
@@ -183,7 +184,7 @@ def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: 
         label += f" ({diverged} diverged)"
     ax.plot(xs, means, color=colour, linewidth=1.4, label=label)
     ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
-    return True
+    return max(hi)
 
 
 def drift_figure(
@@ -205,13 +206,14 @@ def drift_figure(
         a = attack_names[i]
         values = [v for cs in attacks[a].values() for c in cs for v in _series(c, metric)]
         log = bool(values) and min(values) > 0
-        for d, cs in attacks[a].items():
-            _plot_line(ax, cs, metric, colours[d], d, log)
+        tops = [_plot_line(ax, cs, metric, colours[d], d, log) for d, cs in attacks[a].items()]
         if log:
-            # The axes fit the seeds' values; a 95 % band below them (it may include zero or less
-            # on few seeds) is cut at the bottom edge rather than stretching the scale.
+            # The axes fit the seeds' values and the bands' tops; a band's bottom below the values
+            # (on few seeds it may include zero or less) is cut at the edge rather than stretching
+            # the scale over decades.
+            top = max([max(values), *(t for t in tops if math.isfinite(t))])
             ax.set_yscale("log")
-            ax.set_ylim(min(values) / 1.5, max(values) * 1.5)
+            ax.set_ylim(min(values) / 1.5, top * 1.2)
         ax.set_title(f"attack: {a}", fontsize=9)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel(metric.replace("_", " "), fontsize=8)

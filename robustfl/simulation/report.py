@@ -274,10 +274,13 @@ def _over_points(entries: Sequence[tuple[str, Mapping[str, Any]]], metric: str) 
         severity=_band(metric, status, worst["mean"]),
     )
 
-    def fmt(x: float) -> str:
-        return "diverged" if math.isinf(x) else format_value(x)
-
-    text = fmt(worst["mean"]) if len(ran) == 1 else f"{fmt(mean)} (worst {fmt(worst['mean'])})"
+    if diverged:
+        n_div = sum(e["status"] == "diverged" for _, e in ran)
+        text = "diverged" if len(ran) == 1 else f"diverged ({n_div}/{len(ran)})"
+    elif len(ran) == 1:
+        text = format_value(worst["mean"])
+    else:
+        text = f"{format_value(mean)} (worst {format_value(worst['mean'])})"
     if out["missing"]:
         text += f" ({out['missing']} without a value)"
     out["text"] = text
@@ -285,12 +288,11 @@ def _over_points(entries: Sequence[tuple[str, Mapping[str, Any]]], metric: str) 
 
 
 def axis_caption(view: Mapping[str, Any], metric: str) -> str:
-    """What an axis view's entries are, in one or two lines."""
-    text = f"final {metric}: worst case over attacks (mean over seeds)"
-    rows = view["rows"].values()
-    if any(r["points"] > 1 for r in rows):
-        text += ", then mean over the other sweep axes (worst in brackets)"
-    return text
+    """What an axis view's entries are."""
+    return (
+        f"final {metric} of the worst attack (mean over seeds), averaged over the sweep points of "
+        "the row (worst in brackets; diverged (k/n): at k of its n points)"
+    )
 
 
 def mean_elapsed(cells: Iterable[Cell]) -> dict[GroupKey, float]:

@@ -291,7 +291,7 @@ class Simulation:
             w_new = self.algorithm.server_step(
                 w, delta, rows=updates, ids=ids_dev, valid=valid, server_lr=fed["server_lr"]
             )
-            self.sharing.end_round(w, w_new, int(valid.sum()))
+            self.sharing.end_round(w, w_new, int(updates.shape[0]))  # every row received counts
             w = w_new
             m = round_metrics(
                 t + 1,

@@ -113,7 +113,9 @@ class Plan:
                 raise ConfigError(f"bound.root_sizes must hold integers >= 1, got {n!r}")
             sizes.append(n)
         if len(set(sizes)) < 2:
-            raise ConfigError(f"bound.root_sizes must hold at least two distinct sizes, got {b['root_sizes']!r}")
+            raise ConfigError(
+                f"bound.root_sizes must hold at least two distinct sizes, got {b['root_sizes']!r}"
+            )
         seeds = []
         for s in b["seeds"]:
             if isinstance(s, bool) or not isinstance(s, int) or s < 0:
@@ -121,7 +123,8 @@ class Plan:
             seeds.append(s)
         for key in ("attacks", "defenses"):
             for item in b[key]:
-                if not isinstance(item, str) and not (isinstance(item, dict) and isinstance(item.get("name"), str)):
+                named = isinstance(item, dict) and isinstance(item.get("name"), str)
+                if not isinstance(item, str) and not named:
                     raise ConfigError(f"bound.{key} items must be names or tables with a name, got {item!r}")
         attacks = [a for a in b["attacks"] if C.spec_name(a) != "none"]
         defenses = [d for d in b["defenses"] if C.spec_name(d) != FLTRUST]
@@ -373,7 +376,7 @@ def _oracle(rows: Tensor, byz: Tensor, defense: Any, ctx: DefenseContext) -> Cal
 
 
 # -- fits ----------------------------------------------------------------------------------------
-def loglog_slope(x: Sequence[float], y: Sequence[float], groups: Sequence[int] | None = None) -> dict[str, Any]:
+def loglog_slope(x: Any, y: Any, groups: Any = None) -> dict[str, Any]:
     """OLS slope of log(y) on log(x) with a t-based 95% interval; ``groups`` (e.g. seeds) get their
     own intercepts. Non-positive or non-finite points are dropped."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -589,9 +592,13 @@ def default_workers(plan: Plan, device: str) -> int:
     """Processes for the trajectories: 1 for small plans or a GPU, else the usable cores (at most 8)."""
     if device != "cpu":
         return 1
-    runs = len(plan.seeds) * plan.rounds * (
-        len(plan.attacks) * len(plan.fractions) * len(plan.defenses)
-        + len(plan.root_sizes) * floor_draws(plan.draws)
+    runs = (
+        len(plan.seeds)
+        * plan.rounds
+        * (
+            len(plan.attacks) * len(plan.fractions) * len(plan.defenses)
+            + len(plan.root_sizes) * floor_draws(plan.draws)
+        )
     )
     if runs < 10_000:
         return 1
@@ -650,7 +657,9 @@ def run_bound(
     return to_json(report)
 
 
-def _run(sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progress: Progress) -> dict[str, Any]:
+def _run(
+    sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progress: Progress
+) -> dict[str, Any]:
     k = plan.clients
     fl_spec = plan.defenses[0]
     fl_label = C.defense_label(fl_spec)
@@ -660,7 +669,11 @@ def _run(sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progr
 
     # the sweep's jobs, deduplicated; FLTrust at the top fraction first (the floor sweep waits on them)
     wanted: list[Job] = [
-        Job(seed, a, d, x) for seed in plan.seeds for a in plan.attacks for x in plan.fractions for d in plan.defenses
+        Job(seed, a, d, x)
+        for seed in plan.seeds
+        for a in plan.attacks
+        for x in plan.fractions
+        for d in plan.defenses
     ]
     queue: list[Job] = []
     seen: set[str] = set()
@@ -686,7 +699,7 @@ def _run(sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progr
             strongest[seed] = "none"
         else:
             errs = [results[t][0].final_error for t in tops]
-            best = max(range(len(tops)), key=lambda i: math.inf if errs[i] is None else errs[i])
+            best = max(range(len(tops)), key=lambda i: math.inf if errs[i] is None else float(errs[i] or 0))
             strongest[seed] = plan.attacks[1 + best]
         return [
             _canonical(plan, Job(seed, strongest[seed], fl_spec, top, (n0, draw)))
@@ -765,8 +778,13 @@ def _run(sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progr
             for a in plan.attacks:
                 x = plan.fractions[0] if C.spec_name(a) == "none" else top
                 trajectories.append(
-                    {"attack": C.attack_label(a), "fraction": x, "defense": fl_label, "seed": seed,
-                     "errors": get(a, fl_spec, x)[0].errors}
+                    {
+                        "attack": C.attack_label(a),
+                        "fraction": x,
+                        "defense": fl_label,
+                        "seed": seed,
+                        "errors": get(a, fl_spec, x)[0].errors,
+                    }
                 )
         per_seed.append(
             {
@@ -889,7 +907,10 @@ def _floor_meaning(fit: Mapping[str, Any]) -> str:
             "(the clients' fixed data and the attack's pull), not by the Delta1 term"
         )
     if hi < -0.5:
-        return "the floor shrinks faster than |D0|^-1/2 over this range (the attack's pull fades with a larger root set)"
+        return (
+            "the floor shrinks faster than |D0|^-1/2 over this range "
+            "(the attack's pull fades with a larger root set)"
+        )
     if hi < 0:
         return (
             "the floor shrinks with |D0|, but slower than |D0|^-1/2: part of it comes from the root "
@@ -915,8 +936,10 @@ def claims(r: Mapping[str, Any]) -> list[dict[str, str]]:
     add(
         "Theorem 1: ||w^t - w*|| <= (1-rho)^t ||w^0 - w*|| + 12 alpha Delta1 / rho",
         "vacuous" if r["theorem_vacuous"] else "holds",
-        f"rho = {_fmt(r['rho'], '.4g')} (proof-supported, Delta2 = 0); rho_literal = {_fmt(r['rho_literal'], '.4g')}",
-        "rho <= 0: the proof's recursion factor 1 - rho >= 1 never contracts, so the theorem guarantees nothing"
+        f"rho = {_fmt(r['rho'], '.4g')} (proof-supported, Delta2 = 0); "
+        f"rho_literal = {_fmt(r['rho_literal'], '.4g')}",
+        "rho <= 0: the proof's recursion factor 1 - rho >= 1 never contracts, so the theorem "
+        "guarantees nothing"
         if r["theorem_vacuous"]
         else "rho > 0 at this alpha",
     )
@@ -924,7 +947,8 @@ def claims(r: Mapping[str, Any]) -> list[dict[str, str]]:
     add(
         "Lemma 1: ||g - grad F|| <= 3 ||g0 - grad F|| + 2 ||grad F||",
         "holds" if r["lemma1_violations"] == 0 and n > 0 else "fails",
-        f"{r['lemma1_violations']} violations in {n} FLTrust rounds; max LHS/RHS = {_fmt(r['lemma1_max_ratio'])}",
+        f"{r['lemma1_violations']} violations in {n} FLTrust rounds; "
+        f"max LHS/RHS = {_fmt(r['lemma1_max_ratio'])}",
     )
     add(
         "Lemma 2: ||w - alpha grad F(w) - w*|| <= sqrt(1 - mu^2/4L^2) ||w - w*|| at alpha = mu/2L^2",
@@ -969,18 +993,21 @@ def claims(r: Mapping[str, Any]) -> list[dict[str, str]]:
     # behaviour (1'): FedAvg and the median break past one half
     fracs = sorted({row["fraction"] for row in r["fractions"]})
     above = [x for x in fracs if x > 0.5]
-    at = BREAK_FRACTION if BREAK_FRACTION in fracs else (min(above, key=lambda x: abs(x - BREAK_FRACTION)) if above else None)
+    at = min(above, key=lambda x: abs(x - BREAK_FRACTION)) if above else None  # 0.6 when listed
     if at is not None and "sign_flip" in r["settings"]["attacks"]:
         parts, ok = [], True
         for name in ("fedavg", "median"):
-            rows = [row for row in r["fractions"] if row["attack"] == "sign_flip" and row["fraction"] == at
-                    and row["defense"] == name]
+            rows = [
+                row
+                for row in r["fractions"]
+                if row["attack"] == "sign_flip" and row["fraction"] == at and row["defense"] == name
+            ]
             for row in rows:
                 worst = seeds[row["seed"]]["fltrust_worst_error"]
                 e = row["final_error"]
                 broke = row["status"] == "diverged" or (e is not None and e >= BREAK * worst)
                 ok &= broke
-                parts.append(f"{name} {'diverged' if e is None else _fmt(e)} ({'diverged' if e is None else _fmt(e / worst)}x)")
+                parts.append(f"{name} diverged" if e is None else f"{name} {_fmt(e)} ({_fmt(e / worst)}x)")
         if parts:
             add(
                 f"FedAvg and median break under sign_flip at {at:g} (>= {BREAK:g}x FLTrust's worst)",

@@ -25,7 +25,9 @@ from matplotlib.figure import Figure
 COLORS = {"fltrust": "tab:blue", "fedavg": "tab:red", "median": "tab:orange", "krum": "tab:purple"}
 
 
-def _fit_line(ax: Any, xs: np.ndarray, ys: np.ndarray, fit: Mapping[str, Any], color: str, label: str) -> None:
+def _fit_line(
+    ax: Any, xs: np.ndarray, ys: np.ndarray, fit: Mapping[str, Any], color: str, label: str
+) -> None:
     est = fit.get("estimate")
     keep = np.isfinite(ys) & (ys > 0)
     if est is None or not keep.any():
@@ -55,7 +57,9 @@ def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
         ax1.plot(np.arange(len(e)), e, lw=1.4, color=f"C{i}", label=label)
     ax1.axhline(floor, color="black", ls=":", lw=1.2, label="||w_D0 - w*|| (root optimum)")
     if no_attack is not None:
-        ax1.axhline(1.5 * max(no_attack, floor), color="grey", ls="--", lw=1.0, label="1.5 x max(no attack, root)")
+        ax1.axhline(
+            1.5 * max(no_attack, floor), color="grey", ls="--", lw=1.0, label="1.5 x max(no attack, root)"
+        )
     ax1.set_yscale("log")
     ax1.set_xlabel("round t")
     ax1.set_ylabel("||w^t - w*||")
