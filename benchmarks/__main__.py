@@ -35,7 +35,7 @@ import torch
 from . import byzfl_env
 from .engine import bench_engine
 from .floors import bench_floors
-from .rules import bench_rules, verdict
+from .rules import bench_rules, progress, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("engine", "rules", "floors")
@@ -87,6 +87,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         target = ENGINE_TARGETS.get(k)
         r.update(repeats=repeats, target=target, verdict=verdict(r["speedup"], target, higher_is_better=True))
         rows.append(r)
+        progress(f"engine K={k}: engine {r['engine_s']:.3g} s, loop {r['loop_s']:.3g} s")
     return {"samples": 50, "batch_size": 10, "cases": rows}
 
 
@@ -299,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {"meta": meta(args), "peak_rss_after": {}}
     failed = False
     for group in [args.only] if args.only else GROUPS:
+        progress(f"{group} ...")
         t0 = time.perf_counter()
         try:
             results[group] = RUNNERS[group](args)

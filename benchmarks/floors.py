@@ -26,7 +26,7 @@ from torch import Tensor
 from robustfl.defenses import create
 from robustfl.types import DefenseContext
 
-from .rules import BIG, alternate, make_updates, verdict
+from .rules import BIG, alternate, make_updates, progress, verdict
 
 # rule -> (floor name, target ratio or None)
 FLOORS: dict[str, tuple[str, float | None]] = {
@@ -108,6 +108,14 @@ def bench_floors(
         except Exception as e:  # report and go on
             rec = {"name": name, "floor": floor, "error": f"{type(e).__name__}: {e}", "verdict": "ERR"}
         cases.append(rec)
+        progress(
+            f"floors {name}: "
+            + (
+                rec["error"]
+                if "error" in rec
+                else f"rule {rec['rule_s']:.3g} s, {floor} {rec['floor_s']:.3g} s"
+            )
+        )
         if u.numel() >= BIG:
             gc.collect()
     return {"k": k, "p": p, "f": f, "dtype": "float32", "threads": torch.get_num_threads(), "cases": cases}

@@ -72,6 +72,11 @@ PAIRS = {
 clock = time.perf_counter  # the timer (a module attribute so that tests can replace it)
 
 
+def progress(msg: str) -> None:
+    """One line of progress on stderr (the table goes to stdout at the end)."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
 def alternate(
     fns: Mapping[str, Callable[..., Any]],
     repeats: int,
@@ -474,6 +479,15 @@ def bench_rules(
                 f"{memory_fraction:.0%} of the {available_bytes() / 2**30:.1f} GiB available"
             )
         cases.append(rec)
+        progress(
+            f"rules {name}: "
+            + (
+                rec["error"]
+                if "error" in rec
+                else f"robustfl {rec['robustfl_s']:.3g} s, ByzFL {rec['byzfl_s']:.3g} s, "
+                f"ratio {rec['ratio']:.3g}, same {rec['same']}"
+            )
+        )
         del x
         if u.numel() >= BIG:
             gc.collect()

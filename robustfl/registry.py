@@ -118,7 +118,7 @@ class Registry:
             )
         self._entries[name] = Entry(name, target, origin)
 
-    def register(self, name: str, target: str | Callable[..., Any], origin: str) -> None:
+    def register(self, name: str, target: str | Callable[..., Any], origin: str = "plugin") -> None:
         """Add a component by hand (``--plugin``); a clash is a :class:`PluginError`."""
         self._discover()
         self._add(name, target, origin)

@@ -36,7 +36,7 @@ root_size = 50
 
 [bound]
 fractions = [0.0, 0.6, 0.9]
-root_sizes = [32, 128, 512, 2048]
+root_sizes = [32, 256, 2048]
 draws = 40
 rounds = 40
 attacks = ["none", "sign_flip", "scaling", "similarity_poisoning", { name = "fltrust_adaptive", steps = 3 }]
@@ -150,6 +150,16 @@ def test_population_gradient_and_optimum(setting: B.Setting) -> None:
     cs = setting.constants(None)
     assert (cs.mu, cs.L) == pytest.approx((evals[0], evals[-1]))
     assert cs.alpha == pytest.approx(evals[0] / (2 * evals[-1] ** 2))
+
+
+def test_constants_at_another_alpha(setting: B.Setting) -> None:
+    cs = setting.constants(0.01)
+    evals = torch.linalg.eigvalsh(setting.hessian)
+    assert cs.alpha == 0.01 and cs.alpha_lemma == pytest.approx(cs.mu / (2 * cs.L**2))
+    assert cs.rho == pytest.approx(_rho_proof_ref(cs.mu, cs.L, 0.01))
+    assert cs.rho_literal == pytest.approx(_rho_literal_ref(cs.mu, cs.L, 0.01))
+    assert cs.gradient_descent_factor == pytest.approx(float((1 - 0.01 * evals).abs().max()))
+    assert cs.theorem_floor is None and cs.theorem_vacuous
 
 
 def _literal_fltrust(rows: np.ndarray, g0: np.ndarray) -> np.ndarray:
@@ -274,7 +284,7 @@ def test_plan_validation(small: Path) -> None:
 
 
 def test_floor_draws() -> None:
-    assert B.floor_draws(200) == 7 and B.floor_draws(2) == 2 and B.floor_draws(40) == 2
+    assert B.floor_draws(200) == 3 and B.floor_draws(2) == 2 and B.floor_draws(40) == 2
 
 
 # -- the whole command on the small scenario -------------------------------------------------------
@@ -323,10 +333,19 @@ def test_cli_claims(ran: tuple[int, dict[str, Any], Path], setting: B.Setting) -
     # the theorem as proved is vacuous
     assert r["rho"] == pytest.approx(_rho_proof_ref(cs.mu, cs.L, cs.alpha))
     assert r["rho"] < 0 and r["theorem_vacuous"] is True
-    # lemmas: no violation; FLTrust rounds = (1 + attacks x nonzero fractions + floor runs) x rounds
+    # lemmas: no violation; FLTrust rounds = (1 + 4 attacks x 2 nonzero fractions
+    # + 5 attacks x 3 root sizes x 2 floor draws) x 40 rounds
     assert r["lemma1_violations"] == 0 and r["lemma2_violations"] == 0
     assert 0 < r["lemma1_max_ratio"] <= 1 and 0 < r["lemma2_max_ratio"] <= 1
-    assert r["rounds_checked"] == (1 + 4 * 2 + 4 * 2) * 40
+    assert r["rounds_checked"] == (1 + 4 * 2 + 5 * 3 * 2) * 40
+    assert set(r["floor_slopes"]) == {
+        "none",
+        "sign_flip",
+        "scaling",
+        "similarity_poisoning",
+        "fltrust_adaptive",
+    }
+    assert r["floor_slope"] == r["floor_slopes"][r["per_seed"][0]["strongest_attack"]]
     # w_D0 by hand
     x0, y0 = (t.numpy() for t in setting.root)
     w_d0 = np.linalg.solve(x0.T @ x0 / len(y0) + setting.l2 * np.eye(x0.shape[1]), x0.T @ y0 / len(y0))
@@ -350,3 +369,21 @@ def test_cli_claims(ran: tuple[int, dict[str, Any], Path], setting: B.Setting) -
     assert {c["status"] for c in r["claims"]} <= {"holds", "vacuous", "finding"}
     assert r["linear_rate"]["lemma2_factor"] == pytest.approx(cs.lemma2_factor)
     assert 0 < r["linear_rate"]["estimate"] < 1
+
+
+@pytest.mark.slow
+def test_workers_do_not_change_the_report(small: Path) -> None:
+    tiny = [
+        "bound.rounds=8",
+        'bound.attacks=["none", "sign_flip"]',
+        'bound.defenses=["fltrust", "fedavg"]',
+        "bound.root_sizes=[16, 64]",
+        "bound.draws=4",
+    ]
+    one = B.run_bound(load_scenario(small, tiny), workers=1)
+    two = B.run_bound(load_scenario(small, tiny), workers=2)
+    for r in (one, two):
+        r.pop("elapsed_s")
+        r["settings"].pop("cpu_s")
+        r["settings"].pop("workers")
+    assert one == two

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from robustfl.simulation.store import Store
 from .conftest import ROOT
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
-needs_ray = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'robustfl[ray]')")
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="needs the ray extra: pip install 'robustfl[ray]'")
 
 QUICK = str(ROOT / "scenarios" / "quick.toml")
 RIDGE = [
@@ -47,10 +49,10 @@ DIGITS = [
     "--set", "task.name=digits", "--set", "task.model=logreg", "--set", "federation.clients=10",
     "--set", "federation.rounds=5", "--set", "server.root_size=30", "--set", "federation.local_lr=0.5",
 ]  # fmt: skip
-# 12 cells of about a second each (ridge, 40-dimensional, 200 rounds): long enough to kill midway
+# 12 cells of under a second each (ridge, 40-dimensional, 120 rounds): long enough to kill midway
 SLOW = [
     "--set", "task.name=ridge", "--set", "task.dim=40", "--set", "task.samples_per_client=50",
-    "--set", "federation.clients=40", "--set", "federation.rounds=200", "--set", "server.root_size=50",
+    "--set", "federation.clients=40", "--set", "federation.rounds=120", "--set", "server.root_size=50",
     "--set", "federation.local_lr=0.05",
     "--attacks", "sign_flip,alie,ipm", "--defenses", "fedavg,median", "--seeds", "0,1",
 ]  # fmt: skip
@@ -79,7 +81,7 @@ def ray_address() -> Iterator[str]:
     """A local Ray instance started by this process (2 CPUs); its GCS address."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         yield str(ray.get_runtime_context().gcs_address)
     finally:
@@ -140,7 +142,9 @@ def test_ray_dead_worker_and_timeout_are_failed_cells(ray_address: str, tmp_path
     assert time.monotonic() - t0 < 60  # cancelled, not waited for
 
 
-def test_missing_ray_is_a_config_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_ray_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     rc = main(["matrix", QUICK, *RIDGE, "--attacks", "none", "--defenses", "fedavg", "--seeds", "0",
                "--executor", "ray", "--store", ":memory:", "--quiet"])  # fmt: skip
@@ -156,23 +160,25 @@ def _rows(store: Path) -> list[tuple[str, str, float]]:
     if not store.exists():
         return []
     try:
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5) as conn:
+        with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5)) as conn:
             return list(conn.execute("SELECT key, cell, created FROM cells ORDER BY rowid"))
     except sqlite3.OperationalError:  # created, schema not written yet
         return []
 
 
 def _kill_midway(cmd: list[str], store: Path, env: dict[str, str], limit_s: float = 240.0) -> None:
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    log = store.with_suffix(".stderr")
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err
+        )
     try:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline and proc.poll() is None:
             if len(_rows(store)) >= 1:
                 break
             time.sleep(0.02)
-        assert proc.poll() is None, f"finished before it could be killed: {proc.stderr and proc.stderr.read()}"
+        assert proc.poll() is None, f"finished before it could be killed: {log.read_text()}"
         assert 1 <= len(_rows(store)) < SLOW_CELLS
     finally:
         if proc.poll() is None:
@@ -184,7 +190,8 @@ def _resume_after_kill(tmp_path: Path, extra: list[str]) -> None:
     store = tmp_path / "s.db"
     cmd = [sys.executable, "-m", "robustfl", "matrix", QUICK, *SLOW, "--workers", "2", "--store", str(store),
            "--quiet", *extra]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     _kill_midway(cmd, store, env)
     before = _rows(store)
     assert 1 <= len(before) < SLOW_CELLS  # partial: the kill came mid-sweep

@@ -19,9 +19,9 @@ import torch
 
 import robustfl
 from robustfl.defenses.fedavg import FedAvg
+from robustfl.simulation.matrix import run_matrix
 from robustfl.simulation.runner import Simulation
 from robustfl.types import Aggregate, DefenseContext
-from robustfl.simulation.matrix import run_matrix
 
 ATTACKS = [
     "none",
@@ -66,8 +66,6 @@ def test_scenario_is_the_papers_setup() -> None:
     # "backdoor" is the FLTrust paper's Scaling attack: backdoor data, rows boosted by scaling
     backdoor = d["matrix"]["attacks"][ATTACKS.index("backdoor")]
     assert backdoor == {"name": "scaling", "base": "backdoor", "label": "backdoor"}
-    # the rules' guarantees hold at K = 100, f = 20 (Krum needs K >= 2f + 3, the trimmed mean K > 2f)
-    assert 100 >= 2 * 20 + 3
 
 
 def test_smoke_matrix_runs_and_is_labelled(real_mnist: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,8 +75,7 @@ def test_smoke_matrix_runs_and_is_labelled(real_mnist: Path, monkeypatch: pytest
     cells = {(c.attack, c.defense): c for c in result.cells}
     assert len(result.cells) == len(ATTACKS) * len(RULES)
     assert set(cells) == set(itertools.product(ATTACKS, RULES))
-    k, f = 20, sc.byzantine_count()
-    assert f == 4
+    assert sc.byzantine_count() == 4  # 20% of the smoke's 20 clients
     for (attack, rule), cell in cells.items():
         assert cell.status == "ok", (attack, rule, cell.error)
         assert cell.seed == 0 and cell.reference == "clean_run"
@@ -107,7 +104,7 @@ def test_backdoor_cell_is_the_scaling_attack(real_mnist: Path, monkeypatch: pyte
         return original(self, updates, ctx)
 
     monkeypatch.setattr(FedAvg, "__call__", recording)
-    spec = dict(robustfl.load_scenario("fltrust-mnist").to_dict()["matrix"]["attacks"][ATTACKS.index("backdoor")])
+    spec = dict(sc.to_dict()["matrix"]["attacks"][ATTACKS.index("backdoor")])
     for attack in (spec, "backdoor"):
         sim = Simulation(sc, attack, "fedavg", 0)
         sim.run(reference_model=torch.zeros(sim.problem.dim, dtype=sim.problem.dtype))

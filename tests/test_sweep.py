@@ -88,16 +88,13 @@ def test_sweep_through_the_cli(
     docs = json.loads(js.read_text())["cells"]
 
     # the expansion: every (point, attack, defense, seed) once, with the sweep values as given
-    got = sorted(
-        (c["sweep"]["threat.byzantine"], c["sweep"]["threat.assumed_byzantine"], c["attack"], c["defense"], c["seed"])
-        for c in docs
-    )
+    got = sorted((*c["sweep"].values(), c["attack"], c["defense"], c["seed"]) for c in docs)
     assert got == sorted(itertools.product(BYZ, ASSUMED, ATTACKS, DEFENSES, SEEDS))
     assert all(list(c["sweep"]) == ["threat.byzantine", "threat.assumed_byzantine"] for c in docs)
     assert all(c["status"] == "ok" for c in docs)
     # only Krum at f-hat = 4 runs outside its guarantee
-    outside = {(c["defense"], c["sweep"]["threat.assumed_byzantine"]) for c in docs if c.get("outside_guarantee")}
-    assert outside == {("krum", 0.4)}
+    outside = {(c["defense"], *c["sweep"].values()) for c in docs if c.get("outside_guarantee")}
+    assert outside == {("krum", b, 0.4) for b in BYZ}
 
     hand = _hand_worst(docs)
     cells = [Cell.from_json(c) for c in docs]
@@ -110,7 +107,8 @@ def test_sweep_through_the_cli(
 
     views = report.axis_views(cells)
     assert list(views) == ["threat.byzantine", "threat.assumed_byzantine"]
-    for key, values, others in [("threat.byzantine", BYZ, ASSUMED), ("threat.assumed_byzantine", ASSUMED, BYZ)]:
+    axes = [("threat.byzantine", BYZ, ASSUMED), ("threat.assumed_byzantine", ASSUMED, BYZ)]
+    for key, values, others in axes:
         view = views[key]
         assert view["values"] == [str(v) for v in values] and view["defenses"] == DEFENSES
         for v, d in itertools.product(values, DEFENSES):
@@ -119,8 +117,8 @@ def test_sweep_through_the_cli(
             assert row["points"] == len(others)
             assert row["mean"] == pytest.approx(sum(worsts) / len(worsts), rel=1e-15, abs=0)
             assert row["worst"] == max(worsts)
-            text = f"{report.format_value(sum(worsts) / len(worsts))} (worst {report.format_value(max(worsts))})"
-            assert row["text"] == text
+            fmt = report.format_value
+            assert row["text"] == f"{fmt(sum(worsts) / len(worsts))} (worst {fmt(max(worsts))})"
         for d in DEFENSES:  # the "worst case" row: over every sweep point
             every = [hand[(b, f, d)][0] for b in BYZ for f in ASSUMED]
             assert view["worst"][d]["worst"] == max(every)
@@ -137,7 +135,8 @@ def test_sweep_through_the_cli(
     md_path = tmp_path / "r.md"
     assert main(["report", str(store), "--format", "markdown", "--output", str(md_path)]) == 0
     md = md_path.read_text(encoding="utf-8")
-    assert "**by threat.byzantine**" in md and "| threat.byzantine \\\\ defense | fedavg | median | krum | fltrust |" in md
+    assert "**by threat.byzantine**" in md
+    assert "| threat.byzantine \\\\ defense | fedavg | median | krum | fltrust |" in md
     for v in BYZ:
         row = views["threat.byzantine"]["rows"]
         assert f"| {v} | " + " | ".join(row[(str(v), d)]["text"] for d in DEFENSES) + " |" in md
@@ -145,8 +144,7 @@ def test_sweep_through_the_cli(
         stored = st.cells()
     assert {c.key for c in stored} == {c["key"] for c in docs}
     b, f, a, d = BYZ[0], ASSUMED[0], ATTACKS[0], DEFENSES[0]
-    times = [c.elapsed_s for c in stored
-             if (c.sweep["threat.byzantine"], c.sweep["threat.assumed_byzantine"], c.attack, c.defense) == (b, f, a, d)]  # fmt: skip
+    times = [x.elapsed_s for x in stored if (*x.sweep.values(), x.attack, x.defense) == (b, f, a, d)]
     assert len(times) == 2 and all(t > 0 for t in times)
     per_cell = report.format_seconds(sum(times) / 2)
     block = md.split(f"**compute time per cell, threat.byzantine={b}, threat.assumed_byzantine={f}**")[1]
@@ -162,7 +160,8 @@ def test_sweep_through_the_cli(
 
 
 def c(attack: str, defense: str, seed: int, drift: float | None, status: str = "ok", **kw: Any) -> Cell:
-    return Cell(attack, defense, seed, status=status, final={"relative_drift": drift, "accuracy": drift}, **kw)
+    final = {"relative_drift": drift, "accuracy": drift}
+    return Cell(attack, defense, seed, status=status, final=final, **kw)
 
 
 def test_worst_case_diverged_failed_and_direction() -> None:
@@ -181,9 +180,11 @@ def test_worst_case_diverged_failed_and_direction() -> None:
     assert e["mean"] == pytest.approx(0.6) and e["by_attack"] == pytest.approx({"none": 0.2, "alie": 0.6})
     assert e["severity"] == "poor"
     e = wc[("", "krum")]
-    assert (e["attack"], e["status"], e["mean"], e["text"]) == ("alie", "diverged", math.inf, "diverged (alie)")
+    assert (e["attack"], e["status"], e["mean"]) == ("alie", "diverged", math.inf)
+    assert e["text"] == "diverged (alie)"
     e = wc[("", "median")]
-    assert (e["attack"], e["mean"], e["missing"], e["text"]) == ("none", 0.4, ["alie"], "0.4 (none; 1 without a value)")
+    assert (e["attack"], e["mean"], e["missing"]) == ("none", 0.4, ["alie"])
+    assert e["text"] == "0.4 (none; 1 without a value)"
     e = wc[("", "cc")]
     assert e["status"] == "failed" and e["attack"] is None and math.isnan(e["mean"]) and e["text"] == "failed"
     assert wc[("", "tie")]["attack"] == "none"
@@ -193,10 +194,13 @@ def test_worst_case_diverged_failed_and_direction() -> None:
 
 
 def test_axis_views_one_and_two_keys() -> None:
-    def point(b: float, f: float | None = None) -> dict[str, Any]:
-        return {"threat.byzantine": b} if f is None else {"threat.byzantine": b, "threat.assumed_byzantine": f}
+    def point(b: float, f: float) -> dict[str, Any]:
+        return {"threat.byzantine": b, "threat.assumed_byzantine": f}
 
-    drifts = {(0.1, 0.1): (0.1, 0.2), (0.1, 0.2): (0.3, 0.05), (0.2, 0.1): (0.4, 0.9), (0.2, 0.2): (None, 0.5)}
+    # (byzantine, assumed) -> (sign_flip's drift, alie's drift); None: sign_flip diverged
+    drifts = {
+        (0.1, 0.1): (0.1, 0.2), (0.1, 0.2): (0.3, 0.05), (0.2, 0.1): (0.4, 0.9), (0.2, 0.2): (None, 0.5),
+    }  # fmt: skip
     cells = []
     for (b, f), (x, y) in drifts.items():
         cells.append(c("sign_flip", "median", 0, x, "ok" if x is not None else "diverged", sweep=point(b, f)))
@@ -218,8 +222,9 @@ def test_axis_views_one_and_two_keys() -> None:
 
     one = report.axis_views([x for x in cells if x.sweep["threat.assumed_byzantine"] == 0.1])
     assert list(one) == ["threat.byzantine", "threat.assumed_byzantine"]
-    plain = [Cell(x.attack, x.defense, x.seed, x.status, final=x.final, sweep={"threat.byzantine": x.sweep["threat.byzantine"]})
-             for x in cells if x.sweep["threat.assumed_byzantine"] == 0.1]  # fmt: skip
+    plain = [Cell(x.attack, x.defense, x.seed, x.status, final=x.final, sweep={"threat.byzantine": b})
+             for x in cells if x.sweep["threat.assumed_byzantine"] == 0.1
+             for b in [x.sweep["threat.byzantine"]]]  # fmt: skip
     only = report.axis_views(plain)["threat.byzantine"]
     assert [only["rows"][(v, "median")]["text"] for v in ("0.1", "0.2")] == ["0.2", "0.9"]  # one point a row
     assert only["worst"]["median"]["text"] == "0.55 (worst 0.9)"
@@ -231,7 +236,8 @@ def test_mean_elapsed_and_markdown_time_table() -> None:
              c("a", "d", 2, None, "failed"), c("b", "d", 0, 0.1, elapsed_s=0.5)]  # fmt: skip
     assert report.mean_elapsed(cells) == {("", "a", "d"): 1.5, ("", "b", "d"): 0.5}
     md = report.to_markdown(cells)
-    assert "**compute time per cell**\n\n| attack \\\\ defense | d |\n|---|---:|\n| a | 1.5 s |\n| b | 0.5 s |" in md
+    table = "| attack \\\\ defense | d |\n|---|---:|\n| a | 1.5 s |\n| b | 0.5 s |"
+    assert "**compute time per cell**\n\n" + table in md
     assert "| **worst case** | 0.15 (a) |" in md  # a group with a failed seed still has its value
     assert "compute time" not in report.to_markdown(cells, show_time=False)
     untimed = [c("a", "d", 0, 0.1)]
@@ -239,10 +245,12 @@ def test_mean_elapsed_and_markdown_time_table() -> None:
 
 
 def test_render_worst_case_footer_and_axis_tables() -> None:
-    cells = [c(a, d, 0, v, sweep={"x": x}) for x, a, d, v in [
-        (1, "none", "fedavg", 0.05), (1, "alie", "fedavg", 0.7), (1, "none", "krum", 0.2), (1, "alie", "krum", 2.0),
-        (2, "none", "fedavg", 0.06), (2, "alie", "fedavg", 0.8), (2, "none", "krum", 0.3), (2, "alie", "krum", 0.4),
-    ]]  # fmt: skip
+    values = {  # (x, attack, defense) -> drift
+        (1, "none", "fedavg"): 0.05, (1, "alie", "fedavg"): 0.7, (1, "none", "krum"): 0.2,
+        (1, "alie", "krum"): 2.0, (2, "none", "fedavg"): 0.06, (2, "alie", "fedavg"): 0.8,
+        (2, "none", "krum"): 0.3, (2, "alie", "krum"): 0.4,
+    }  # fmt: skip
+    cells = [c(a, d, 0, v, sweep={"x": x}) for (x, a, d), v in values.items()]
     tables = render.matrix_tables(cells)
     assert [len(t.rows) for t in tables] == [2, 2] and all(t.show_footer for t in tables)
     footers = [[str(col.footer) for col in t.columns] for t in tables]
@@ -251,7 +259,8 @@ def test_render_worst_case_footer_and_axis_tables() -> None:
 
     [axis] = render.sweep_tables(cells)
     assert axis.title == "by x" and str(axis.columns[0].header) == "x \\ defense"
-    assert [[str(cell) for cell in col.cells] for col in axis.columns] == [["1", "2"], ["0.7", "0.8"], ["2", "0.4"]]
+    columns = [[str(cell) for cell in col.cells] for col in axis.columns]
+    assert columns == [["1", "2"], ["0.7", "0.8"], ["2", "0.4"]]
     assert [str(col.footer) for col in axis.columns] == ["worst case", "0.75 (worst 0.8)", "1.2 (worst 2)"]
 
     con = _console()
@@ -264,3 +273,9 @@ def test_render_worst_case_footer_and_axis_tables() -> None:
     assert "by x" not in con.export_text()
     # one attack: no worst-case row
     assert not render.matrix_tables([c("a", "d", 0, 0.1)])[0].show_footer
+    # the HTML report: the same rows, coloured by the worst value's band
+    page = report.to_html(cells)
+    assert '<tfoot><tr><th>worst case</th><td style="background:#ffcc80">0.7 (alie)</td>' in page
+    orange, red = 'style="background:#ffcc80"', 'style="background:#ef9a9a"'
+    assert f"<tr><th>1</th><td {orange}>0.7</td><td {red}>2</td></tr>" in page
+    assert '<td style="background:#ef9a9a">1.2 (worst 2)</td>' in page

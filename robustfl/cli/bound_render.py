@@ -151,24 +151,40 @@ def fractions_table(r: Mapping[str, Any], seed: int | None = None) -> Table:
 
 
 def root_table(r: Mapping[str, Any]) -> Table:
+    """Per root size: the mean root error at w*, 2 Delta1, the share of draws within it,
+    ||w_D0 - w*||, and FLTrust's mean floor under each attack at the top fraction; last row: slopes."""
     fs = r["floor_slope"]
+    attacks = list(r.get("floor_slopes", {fs["attack"]: fs}))
     t = Table(
-        title=f"Root-size sweep (root error at w* over {r['settings']['draws']} draws; "
-        f"floor: FLTrust under {fs['attack']} at {fs['fraction']:g}, {fs['draws']} draws)",
+        title=f"Root-size sweep: root error at w* over {r['settings']['draws']} draws; FLTrust's floor "
+        f"(final error) at fraction {fs['fraction']:g} over {fs['draws']} draws (strongest: {fs['attack']})",
         title_justify="left",
     )
-    for name in ("seed", "|D0|", "root error at w*", "2 Delta1", "within 2 Delta1", "floor", "||w_D0 - w*||"):
+    for name in ("|D0|", "root err at w*", "2 Delta1", "within", "||w_D0 - w*||"):
         t.add_column(name, justify="right")
+    for a in attacks:
+        t.add_column(f"floor {a}", justify="right", style="bold" if a == fs["attack"] else "")
     for row in r["root_sweep"]:
+        floors = row.get("floors", {fs["attack"]: row["floor"]})
         t.add_row(
-            str(row["seed"]),
             str(row["root_size"]),
             _num(row["root_error_mean"]),
             _num(2 * row["delta1"]),
             _num(row["within_2delta1"], ".3f"),
-            _num(row["floor_mean"]),
             _num(row["root_optimum_error_mean"]),
+            *[_num(sum(floors[a]) / len(floors[a]) if floors.get(a) else None) for a in attacks],
         )
+    slopes = r.get("floor_slopes", {fs["attack"]: fs})
+    t.add_section()
+    t.add_row(
+        "slope",
+        _num(r["root_error_slope"]["estimate"]),
+        "",
+        "",
+        "",
+        *[_num(slopes[a]["estimate"]) for a in attacks],
+        style="italic",
+    )
     return t
 
 

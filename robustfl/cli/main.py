@@ -349,12 +349,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _open_cells(path: str) -> list[Any]:
+    from ..errors import StoreError
     from ..simulation.store import Store
 
     if not Path(path).is_file():
         raise ConfigError(f"store {path!r} does not exist")
     with Store(path) as st:
-        return st.cells()
+        try:
+            return st.cells()
+        except (TypeError, AttributeError) as exc:  # a row whose JSON has the wrong shape
+            raise StoreError(f"store {path} is corrupt: cannot read the cells: {exc}") from None
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..registry import Registry
 
 _BUILTINS = {
@@ -36,21 +34,9 @@ registry = Registry("defense", "robustfl.defenses", _BUILTINS)
 pre_registry = Registry("pre-aggregator", "robustfl.pre_aggregators", PRE_BUILTINS)
 
 
-def names() -> list[str]:
-    return registry.names()
-
-
-def create(name: str, **params: Any) -> Any:
-    return registry.create(name, **params)
-
-
-def get(name: str) -> Any:
-    return registry.get(name)
-
-
-def origin(name: str) -> str:
-    return registry.origin(name)
-
-
-def register(name: str, target: Any, origin: str = "plugin") -> None:
-    registry.register(name, target, origin)
+# the module-level API: robustfl.<kind>.names(), create(name, **params), get, origin, register
+names = registry.names
+create = registry.create
+get = registry.get
+origin = registry.origin
+register = registry.register

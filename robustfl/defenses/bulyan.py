@@ -5,7 +5,9 @@
    pool (so the last picks, with 0 neighbours, fall to the lowest original index); the pick leaves
    the pool. All distances come from one Gram matrix.
 2. Aggregation: per coordinate j, with m_j the median of the theta selected values, average the
-   beta = theta - 2f selected values closest to m_j (ties: lower original index).
+   beta = theta - 2f selected values closest to m_j (ties: lower original index). Computed
+   without sorting: the beta-th smallest |u_kj - m_j| by a partial selection, every value below
+   it, and the first tied values in index order.
 
 Guarantee: K >= 4f + 3 (``min_clients``). It computes for K >= 4f + 1 (beta >= 1); below that
 there is nothing to average: InputError. Weights: None (coordinate-wise second stage).
@@ -26,7 +28,15 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..types import Aggregate, DefenseContext
-from ._select import Distances, Rule, f_hat, krum_neighbours, mean_of_order_stats, select_lowest
+from ._select import (
+    Distances,
+    Rule,
+    f_hat,
+    krum_neighbours,
+    kth_smallest,
+    mean_of_order_stats,
+    select_lowest,
+)
 from ._util import check_updates
 
 
@@ -55,6 +65,16 @@ class Bulyan(Rule):
             pool = pool[pool != sel[0]]
         chosen = updates[torch.sort(torch.cat(picks)).values]  # original index order
         med = mean_of_order_stats(chosen, (theta - 1) // 2, theta // 2)
-        closest = torch.sort((chosen - med).abs(), dim=0, stable=True).indices[:beta]
-        vector = torch.gather(chosen, 0, closest).mean(0)
+        dev = (chosen - med).abs()
+        thr = kth_smallest(dev, beta - 1)  # the beta-th smallest deviation of each coordinate
+        below, at = dev < thr, dev == thr
+        take = below | at
+        need = beta - below.sum(0)
+        cols = torch.nonzero(at.sum(0) > need).flatten()  # more tied values than slots left
+        if len(cols):  # keep the first `need` of them in original index order
+            ties = at[:, cols]
+            first = ties & (torch.cumsum(ties.to(torch.int32), dim=0) <= need[cols])
+            take[:, cols] = below[:, cols] | first
+        vector = torch.where(take, chosen, torch.zeros_like(chosen)).sum(0) / beta
+        vector = torch.where(torch.isnan(thr), thr, vector)  # NaN among the beta closest
         return Aggregate(vector, None, {"num_selected": float(theta), "beta": float(beta)})

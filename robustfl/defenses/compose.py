@@ -45,6 +45,8 @@ def admits(rule: Any, k: int, f_hat: int) -> bool:
 
 @dataclass
 class Composed:
+    """Pre-aggregators ``pre`` (applied in order), then ``rule``; a Defense labelled ``label``."""
+
     pre: tuple[Any, ...]
     rule: Defense
     label: str

@@ -105,12 +105,17 @@ class FoolsGold(Rule):
         width = p if coords is None else (int(coords.max()) + 1 if coords.numel() else 0)
         idx = self._history_rows(ids, width, updates)
         assert self._hist is not None
-        if coords is None:
+        if coords is None and torch.equal(idx, torch.arange(k, device=idx.device)):
+            hist = self._hist[:k]  # the usual case (the same clients in order): a view, in place
+            hist[:, :p] += rows_ok
+        elif coords is None:
             self._hist[idx, :p] += rows_ok
+            hist = self._hist[idx]
         else:
             self._hist[idx[:, None], coords.to(updates.device)[None, :]] += rows_ok
+            hist = self._hist[idx]
         alpha = torch.zeros(k, dtype=torch.float64, device=updates.device)
-        alpha[ok], v = foolsgold_weights(self._hist[idx[ok]], self.kappa)
+        alpha[ok], v = foolsgold_weights(hist if bool(ok.all()) else hist[ok], self.kappa)
         total = alpha.sum()
         weights = (alpha / total if total > 0 else alpha).to(updates.dtype)
         stats = {

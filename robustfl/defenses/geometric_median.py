@@ -4,10 +4,12 @@ Approximates ``argmin_z sum_k ||u_k - z||`` by the iteration, from the mean of t
 ``beta_k = 1 / max(nu * s, ||u_k - z||)``, ``z <- sum_k beta_k u_k / sum_k beta_k``, with s the mean
 row norm (so ``nu``, default 1e-6, is scale-free), until ``||z_new - z|| <= tol * max(||z_new||, s)``
 (tol = 1e-10, raised to 32 eps of the dtype when that is coarser: float32 cannot resolve 1e-10) or
-``max_iter`` (default 1000) iterations. Each iteration needs only ``U z`` and ``beta^T U``: distances
-come from ``||u_k||^2 - 2<u_k, z> + ||z||^2``; a row where that expansion's rounding error
-(~eps sqrt(P) (||u_k||^2 + ||z||^2)) could exceed 1e-7 of the distance is measured directly
-instead, by chunked direct differences (always the case in float32).
+``max_iter`` (default 1000) iterations. In float64 each iteration needs only ``U z`` and
+``beta^T U``: distances come from ``||u_k||^2 - 2<u_k, z> + ||z||^2``, and a row where that
+expansion's rounding error (~eps sqrt(P) (||u_k||^2 + ||z||^2)) could exceed 1e-7 of the distance
+is measured directly instead. In narrower dtypes (float32: eps sqrt(P) is ~1e-4 at P = 1e6, so the
+expansion cannot resolve distances below ~1e-2 of the norms) every distance is measured directly,
+by differences chunked over coordinates (one pass over U, no (K, P) temporary).
 
 Weights: ``beta / sum(beta)`` of the last step (so the output is exactly that convex combination).
 Rows with non-finite entries are left out (weight 0, stat ``excluded``); if none is left the
@@ -66,16 +68,18 @@ class GeometricMedian(Rule):
         floor = self.nu * s
         eps = torch.finfo(updates.dtype).eps
         tol, rounding = max(1e-10, 32 * eps), eps * (4 + 2 * math.sqrt(p))
+        expand = updates.dtype == torch.float64  # narrower dtypes cannot resolve the expansion
         w = torch.full((len(rows),), 1.0 / len(rows), dtype=torch.float64, device=updates.device)
         z = rows.mean(0)
         for it in range(1, self.max_iter + 1 if floor > 0 else 1):  # floor 0: all rows are zero
-            z2 = float(torch.linalg.vector_norm(z, dtype=torch.float64)) ** 2
-            d2 = (n2 - 2 * (rows @ z).to(torch.float64) + z2).clamp_(min=0)
-            unsure = rounding * (n2 + z2) > 1e-7 * d2
-            if bool(unsure.all()):
+            if expand:
+                z2 = float(torch.linalg.vector_norm(z)) ** 2
+                d2 = (n2 - 2 * (rows @ z) + z2).clamp_(min=0)
+                unsure = rounding * (n2 + z2) > 1e-7 * d2
+                if bool(unsure.any()):
+                    d2[unsure] = sq_dist_to(rows[unsure], z)
+            else:
                 d2 = sq_dist_to(rows, z)
-            elif bool(unsure.any()):
-                d2[unsure] = sq_dist_to(rows[unsure], z)
             beta = 1.0 / d2.sqrt().clamp(min=floor)
             w = beta / beta.sum()
             z_new = w.to(updates.dtype) @ rows

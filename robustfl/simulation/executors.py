@@ -11,7 +11,10 @@ touch the store.
 Resources: a cell asks Ray for ``federation.threads`` CPUs (capped at the largest node's CPUs so
 that it can always be placed) and, with ``--device cuda``, one GPU. At most as many cells are in
 flight as the cluster has room for; the rest wait on the driver, so the progress bar's "running"
-is the number of cells actually running.
+is the number of cells actually running. Faults are handled as locally: a task whose worker dies
+is a ``failed`` cell (not retried by Ray; a rerun of the matrix retries it), and with
+``cell_timeout`` a cell still running that many seconds after it was submitted is cancelled and
+``failed`` ("timeout after S s").
 
 Without ``--address`` a local Ray instance is started (and shut down at the end) with ``workers``
 CPUs; when Ray is already initialised in this process, that instance is used and left running.
@@ -48,8 +51,9 @@ def _import_ray() -> Any:
 def _run_cell(
     job: Job, reference: np.ndarray | None, plugins: Sequence[str], allow_outside: bool, device: str
 ) -> Cell:
-    """The body of one Ray task: exactly what a local worker process runs."""
-    return run_job(job, reference, plugins, allow_outside, device)
+    """The body of one Ray task: exactly what a local worker process runs. The reference comes
+    out of Ray's object store read-only: the cell gets its own copy, as it does locally."""
+    return run_job(job, None if reference is None else np.array(reference), plugins, allow_outside, device)
 
 
 def _connect(ray: Any, address: str | None, workers: int | None) -> bool:
@@ -133,7 +137,9 @@ def ray_execute(
         remote = ray.remote(_run_cell)
         cpu_cap = max(1.0, _largest_node(ray, "CPU"))
         gpus = 1.0 if str(device).startswith("cuda") else 0.0
-        puts: dict[int, Any] = {}
+        if gpus and _largest_node(ray, "GPU") < gpus:
+            raise ConfigError("--device cuda: the Ray cluster has no node with a GPU")
+        puts: dict[int, tuple[np.ndarray, Any]] = {}  # id -> (the array, kept alive; its handle)
 
         def cpus(job: Job) -> float:
             return min(float(job.scenario.section("federation")["threads"]), cpu_cap)
@@ -143,9 +149,10 @@ def ray_execute(
             handle = None
             if ref is not None:
                 if id(ref) not in puts:
-                    puts[id(ref)] = ray.put(ref)
-                handle = puts[id(ref)]
-            options = {"num_cpus": cpus(job), "num_gpus": gpus, "max_retries": 1}
+                    puts[id(ref)] = (ref, ray.put(ref))
+                handle = puts[id(ref)][1]
+            # no retries: a cell whose worker died is failed, as locally, and runs again on a rerun
+            options = {"num_cpus": cpus(job), "num_gpus": gpus, "max_retries": 0}
             return remote.options(**options).remote(job, handle, list(plugins), allow_outside, device)
 
         queue = deque(todo)

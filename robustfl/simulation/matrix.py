@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from ..errors import ConfigError, RobustFLError
+from ..errors import ConfigError, RobustFLError, StoreError
 from ..scenario import Scenario
 from . import components as C
 from .results import Cell, MatrixResult
@@ -474,18 +474,14 @@ def run_matrix(
     jobs = plan(scenario, attacks, defenses, seeds, allow_outside_guarantee=allow_outside_guarantee)
     prov = provenance(scenario, jobs)
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
-    db = Store(store) if store is not None else None
+    db: Store | None = None
     done: dict[str, Cell] = {}
     try:
         with _SigintGuard() as guard:
+            db = Store(store) if store is not None else None
             if db is not None:
                 db.add_run(scenario.to_dict(), prov)
-                finished = db.finished_keys()
-                for j in jobs:
-                    if j.key in finished:
-                        c = db.get_cell(j.key)
-                        if c is not None:
-                            done[j.key] = c
+                done.update(_resumed(db, jobs))
             todo = [j for j in jobs if j.key not in done]
             if progress is not None:
                 progress.start(len(jobs))
@@ -507,10 +503,9 @@ def run_matrix(
                 """A cell another driver sharing the store finished meanwhile."""
                 if db is None:
                     return None
-                c = db.get_cell(job.key)
-                if c is None or c.status not in ("ok", "diverged"):
-                    return None
-                from_store.add(job.key)
+                c = _finished_cell(db, job.key)
+                if c is not None:
+                    from_store.add(job.key)
                 return c
 
             refs, ref_errors = _references(todo, db, workers, plugins, device, executor, address, timeout)
@@ -543,6 +538,22 @@ def run_matrix(
         if db is not None:
             db.close()
     return MatrixResult(scenario.to_dict(), prov, [done[j.key] for j in jobs if j.key in done])
+
+
+def _finished_cell(db: Any, key: str) -> Cell | None:
+    """The cell ``key`` if the store holds it finished (``ok``/``diverged``), else None."""
+    try:
+        c = db.get_cell(key)
+    except (TypeError, AttributeError) as exc:  # JSON of the wrong shape: a damaged row
+        raise StoreError(f"store {db.path} is corrupt: cannot read a cell: {exc}") from None
+    return c if c is not None and c.status in ("ok", "diverged") else None
+
+
+def _resumed(db: Any, jobs: Sequence[Job]) -> dict[str, Cell]:
+    """The finished cells of ``jobs`` already in the store."""
+    finished = db.finished_keys()
+    found = {j.key: _finished_cell(db, j.key) for j in jobs if j.key in finished}
+    return {k: c for k, c in found.items() if c is not None}
 
 
 def _interrupted_message(done: dict[str, Cell], total: int, store: str | Path | None) -> str:

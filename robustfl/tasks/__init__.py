@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..registry import Registry
 
 _BUILTINS = {
@@ -18,21 +16,9 @@ _BUILTINS = {
 registry = Registry("task", "robustfl.tasks", _BUILTINS)
 
 
-def names() -> list[str]:
-    return registry.names()
-
-
-def create(name: str, **params: Any) -> Any:
-    return registry.create(name, **params)
-
-
-def get(name: str) -> Any:
-    return registry.get(name)
-
-
-def origin(name: str) -> str:
-    return registry.origin(name)
-
-
-def register(name: str, target: Any, origin: str = "plugin") -> None:
-    registry.register(name, target, origin)
+# the module-level API: robustfl.<kind>.names(), create(name, **params), get, origin, register
+names = registry.names
+create = registry.create
+get = registry.get
+origin = registry.origin
+register = registry.register

@@ -11,8 +11,8 @@
   :data:`SCALES` -- Hypothesis strategies, from :mod:`robustfl.testing.strategies`.
 
 Hypothesis is an optional extra (``pip install 'robustfl[testing]'``): ``import robustfl.testing``
-and :func:`check_attack` work without it; the defense suite and the strategies are imported on
-first use, and say what to install when Hypothesis is missing.
+and :func:`check_attack` and :func:`check_defense` work without it; only the strategies need it,
+are imported on first use, and say what to install when Hypothesis is missing.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _LAZY = {
     "update_matrices": "strategies",
     "with_byzantine": "strategies",
     "scales": "strategies",
-    "gaussian_rows": "strategies",
+    "gaussian_rows": "defenses",
     "SCALES": "strategies",
 }
 

@@ -19,8 +19,9 @@ Per FLTrust round it checks Lemma 1, ``||g - grad F(w)|| <= 3 ||g0 - grad F(w)||
 the median and Krum run beside it on the same rows, flagged where a fraction takes them outside
 their guarantee. Sweeps: the Byzantine fraction (every attack x defense), the root size (the
 root error at w* over ``draws`` root draws -- Lemma 3's Delta1 term -- and FLTrust's error floor
-under the strongest attack at the largest fraction over ``floor_draws(draws)`` draws), and the
-fitted linear rate of the first phase. The result is a JSON-ready dict (non-finite -> null).
+under every attack at the largest fraction over ``floor_draws(draws)`` draws each; the strongest
+attack's is ``floor_slope``), and the fitted linear rate of the first phase. The result is a
+JSON-ready dict (non-finite -> null).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import math
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -61,8 +62,9 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def floor_draws(draws: int) -> int:
-    """Root draws per size for the floor sweep (each a full FLTrust trajectory): ceil(draws/30), >= 2."""
-    return min(draws, max(2, math.ceil(draws / 30)))
+    """Root draws per size and attack for the floor sweep (each a full FLTrust trajectory):
+    ceil(draws / 80), at least 2 -- 3 for the default 200."""
+    return min(draws, max(2, math.ceil(draws / 80)))
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -597,7 +599,7 @@ def default_workers(plan: Plan, device: str) -> int:
         * plan.rounds
         * (
             len(plan.attacks) * len(plan.fractions) * len(plan.defenses)
-            + len(plan.root_sizes) * floor_draws(plan.draws)
+            + len(plan.attacks) * len(plan.root_sizes) * floor_draws(plan.draws)
         )
     )
     if runs < 10_000:
@@ -660,57 +662,35 @@ def run_bound(
 def _run(
     sc: Scenario, plan: Plan, device: str, pool: Any, n_workers: int, progress: Progress
 ) -> dict[str, Any]:
-    k = plan.clients
     fl_spec = plan.defenses[0]
     fl_label = C.defense_label(fl_spec)
     top = max(plan.fractions)
     n_floor = floor_draws(plan.draws)
     labels = [C.attack_label(a) for a in plan.attacks]
 
-    # the sweep's jobs, deduplicated; FLTrust at the top fraction first (the floor sweep waits on them)
-    wanted: list[Job] = [
+    # every trajectory, deduplicated: the fraction sweep (attack x fraction x defense), then the
+    # floor sweep (FLTrust under every attack at the top fraction, fresh root draws)
+    wanted = [
         Job(seed, a, d, x)
         for seed in plan.seeds
         for a in plan.attacks
         for x in plan.fractions
         for d in plan.defenses
     ]
-    queue: list[Job] = []
-    seen: set[str] = set()
-    for job in wanted:
-        cj = _canonical(plan, job)
-        if cj.key not in seen:
-            seen.add(cj.key)
-            queue.append(cj)
-    queue.sort(key=lambda j: not (j.fraction == top and C.spec_name(j.defense) == FLTRUST))
-    total = len(queue) + len(plan.seeds) * len(plan.root_sizes) * (n_floor + 1)
+    wanted += [
+        Job(seed, a, fl_spec, top, (n0, draw))
+        for seed in plan.seeds
+        for a in plan.attacks
+        for n0 in plan.root_sizes
+        for draw in range(n_floor)
+    ]
+    queue = list({(cj := _canonical(plan, j)).key: cj for j in wanted}.values())
+    total = len(queue) + len(plan.seeds) * len(plan.root_sizes)
     results: dict[str, tuple[Trajectory, bool]] = {}
-    strongest: dict[int, Any] = {}
-    done = 0
-
-    def trigger(seed: int) -> list[Job]:
-        """Once FLTrust's top-fraction runs of a seed are in: its strongest attack and floor jobs."""
-        if seed in strongest:
-            return []
-        tops = [_canonical(plan, Job(seed, a, fl_spec, top)).key for a in plan.attacks[1:]]
-        if any(t not in results for t in tops):
-            return []
-        if not tops:
-            strongest[seed] = "none"
-        else:
-            errs = [results[t][0].final_error for t in tops]
-            best = max(range(len(tops)), key=lambda i: math.inf if errs[i] is None else float(errs[i] or 0))
-            strongest[seed] = plan.attacks[1 + best]
-        return [
-            _canonical(plan, Job(seed, strongest[seed], fl_spec, top, (n0, draw)))
-            for n0 in plan.root_sizes
-            for draw in range(n_floor)
-        ]
-
     running: dict[Future[Any], Job] = {}
-    capacity = 2 * n_workers
+    done = 0
     while queue or running:
-        while queue and len(running) < capacity:
+        while queue and len(running) < 2 * n_workers:
             job = queue.pop(0)
             running[pool.submit(execute, sc, plan, job, device)] = job
         finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -718,39 +698,33 @@ def _run(
             job = running.pop(fut)
             results[job.key] = fut.result()
             done += 1
-            progress("floor sweep" if job.root else "Byzantine-fraction sweep", done, total)
-            for extra in trigger(job.seed):
-                queue.append(extra)
+            progress("root-size sweep (floor)" if job.root else "Byzantine-fraction sweep", done, total)
 
-    # assemble, per seed
+    # every FLTrust trajectory run, each counted once, in the lemma tallies
     tally = _Tally()
     per_attack = {a: _Tally() for a in labels}
-    counted: set[str] = set()
+    for key, (traj, _) in results.items():
+        _, attack, defense, _, _ = json.loads(key)
+        if C.spec_name(defense) == FLTRUST:
+            tally.add(traj.checks)
+            per_attack[C.attack_label(attack)].add(traj.checks)
+
     fractions_out: list[dict[str, Any]] = []
     trajectories: list[dict[str, Any]] = []
     per_seed: list[dict[str, Any]] = []
     root_rows: list[dict[str, Any]] = []
-    sx: list[float] = []
-    sy: list[float] = []
-    sg: list[int] = []
-    fx: list[float] = []
-    fy: list[float] = []
-    fg: list[int] = []
+    root_pts: tuple[list[float], list[float], list[int]] = ([], [], [])
+    floor_pts: dict[str, tuple[list[float], list[float], list[int]]] = {a: ([], [], []) for a in labels}
     consts0: Constants | None = None
     rate: dict[str, Any] = {}
+    strongest0 = "none"
     for si, seed in enumerate(plan.seeds):
         st = _setting(sc, seed, device)
         cs = st.constants(plan.alpha)
         consts0 = consts0 or cs
-        for key, (traj, _) in results.items():  # every FLTrust trajectory run, each counted once
-            j = json.loads(key)
-            if j[0] == seed and C.spec_name(j[2]) == FLTRUST and key not in counted:
-                counted.add(key)
-                tally.add(traj.checks)
-                per_attack[C.attack_label(j[1])].add(traj.checks)
 
-        def get(a: Any, d: Any, x: float, seed: int = seed) -> tuple[Trajectory, bool]:
-            return results[_canonical(plan, Job(seed, a, d, x)).key]
+        def get(a: Any, d: Any, x: float, root: Any = None, seed: int = seed) -> tuple[Trajectory, bool]:
+            return results[_canonical(plan, Job(seed, a, d, x, root)).key]
 
         for a in plan.attacks:
             for x in plan.fractions:
@@ -772,8 +746,13 @@ def _run(
         no_attack = get("none", fl_spec, plan.fractions[0])[0]
         fl_finals = [get(a, fl_spec, x)[0].final_error for a in plan.attacks for x in plan.fractions]
         fl_worst = max(math.inf if e is None else e for e in fl_finals)
-        root_opt = float(_norm(st.root_optimum(st.root) - st.w_star))
+        # the strongest attack: the largest FLTrust final error at the top fraction
+        tops = {C.attack_label(a): get(a, fl_spec, top)[0].final_error for a in plan.attacks[1:]}
+        strongest = max(
+            tops, key=lambda a: math.inf if tops[a] is None else float(tops[a] or 0.0), default="none"
+        )
         if si == 0:
+            strongest0 = strongest
             rate = linear_rate(no_attack.errors)
             for a in plan.attacks:
                 x = plan.fractions[0] if C.spec_name(a) == "none" else top
@@ -789,34 +768,33 @@ def _run(
         per_seed.append(
             {
                 "seed": seed,
-                "root_optimum_error": root_opt,
+                "root_optimum_error": float(_norm(st.root_optimum(st.root) - st.w_star)),
                 "no_attack_error": no_attack.final_error,
                 "fltrust_worst_error": fl_worst,
-                "strongest_attack": C.attack_label(strongest.get(seed, "none")),
+                "strongest_attack": strongest,
                 "initial_error": float(no_attack.errors[0]),
             }
         )
-        # the root-size sweep: root error at w* (Lemma 3's Delta1 term) over every draw, the floor
+        # the root-size sweep: the root error at w* over every draw (Lemma 3's Delta1 term); the floors
         grad_star = st.grad(st.w_star)
         for n0 in plan.root_sizes:
-            errs, floors, opts = [], [], []
+            errs, opts = [], []
+            floors: dict[str, list[float]] = {a: [] for a in labels}
             for draw in range(plan.draws):
                 root = st.draw_root(n0, draw)
                 errs.append(float(_norm(st.root_grad(st.w_star, root) - grad_star)))
                 if draw < n_floor:
-                    job = _canonical(plan, Job(seed, strongest.get(seed, "none"), fl_spec, top, (n0, draw)))
-                    e = results[job.key][0].final_error
-                    floors.append(math.inf if e is None else e)
                     opts.append(float(_norm(st.root_optimum(root) - st.w_star)))
+                    for a in plan.attacks:
+                        e = get(a, fl_spec, top, (n0, draw))[0].final_error
+                        floors[C.attack_label(a)].append(math.inf if e is None else e)
             done += 1
-            progress("root-size sweep", done, total)
+            progress("root-size sweep (root error)", done, total)
+            for pts, ys in [(root_pts, errs)] + [(floor_pts[a], floors[a]) for a in labels]:
+                pts[0].extend([float(n0)] * len(ys))
+                pts[1].extend(ys)
+                pts[2].extend([si] * len(ys))
             d1 = cs.delta1 * math.sqrt(cs.root_size / n0)
-            sx += [float(n0)] * len(errs)
-            sy += errs
-            sg += [si] * len(errs)
-            fx += [float(n0)] * len(floors)
-            fy += floors
-            fg += [si] * len(floors)
             root_rows.append(
                 {
                     "seed": seed,
@@ -825,21 +803,20 @@ def _run(
                     "root_error_mean": float(np.mean(errs)),
                     "delta1": d1,
                     "within_2delta1": float(np.mean(np.asarray(errs) <= 2 * d1)),
-                    "floor": floors,
-                    "floor_mean": float(np.mean(floors)),
+                    "floor": floors[strongest],
+                    "floor_mean": float(np.mean(floors[strongest])),
+                    "floors": floors,
                     "root_optimum_error": opts,
                     "root_optimum_error_mean": float(np.mean(opts)),
                 }
             )
 
     assert consts0 is not None
-    fslope = loglog_slope(fx, fy, fg)
-    fslope.update(
-        attack=C.attack_label(strongest.get(plan.seeds[0], "none")),
-        fraction=top,
-        draws=n_floor,
-        meaning=_floor_meaning(fslope),
-    )
+    floor_fits: dict[str, dict[str, Any]] = {}
+    for a in labels:
+        fit = loglog_slope(*floor_pts[a])
+        fit.update(attack=a, fraction=top, draws=n_floor, meaning=_floor_meaning(fit))
+        floor_fits[a] = fit
     rate.update(
         attack="none",
         defense=fl_label,
@@ -859,8 +836,9 @@ def _run(
         "rounds_checked": tally.rounds,
         "fractions": fractions_out,
         "root_optimum_error": per_seed[0]["root_optimum_error"],
-        "root_error_slope": loglog_slope(sx, sy, sg),
-        "floor_slope": fslope,
+        "root_error_slope": loglog_slope(*root_pts),
+        "floor_slope": floor_fits[strongest0],
+        "floor_slopes": floor_fits,
         "linear_rate": rate,
         "constants": consts0.to_json(),
         "lemmas_by_attack": {a: t.to_json() for a, t in per_attack.items()},
@@ -870,7 +848,7 @@ def _run(
         "trajectories": trajectories,
         "settings": {
             "scenario": sc.name,
-            "clients": k,
+            "clients": plan.clients,
             "rounds": plan.rounds,
             "alpha": consts0.alpha,
             "fractions": list(plan.fractions),
@@ -1026,11 +1004,16 @@ def claims(r: Mapping[str, Any]) -> list[dict[str, str]]:
     )
     fs = r["floor_slope"]
     lo, hi = fs["ci95"]
+    others = "; ".join(
+        f"{a}: {_fmt(f['estimate'])} [{_fmt(f['ci95'][0])}, {_fmt(f['ci95'][1])}]"
+        for a, f in r.get("floor_slopes", {}).items()
+        if a != fs["attack"]
+    )
     add(
-        f"Error floor vs |D0| ({fs['attack']} at {fs['fraction']:g})",
+        f"Error floor vs |D0| (the strongest attack, {fs['attack']}, at {fs['fraction']:g})",
         "finding",
         f"slope {_fmt(fs['estimate'])} [{_fmt(lo)}, {_fmt(hi)}] over {fs['points']} trajectories",
-        fs["meaning"],
+        fs["meaning"] + (f". Other attacks at {fs['fraction']:g}: {others}" if others else ""),
     )
     return out
 
@@ -1070,8 +1053,6 @@ def cli_bound(args: argparse.Namespace) -> int:
             progress=progress,
         )
     if getattr(args, "json", None):
-        import json
-
         p = Path(args.json)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(report, indent=1, allow_nan=False))
@@ -1081,9 +1062,3 @@ def cli_bound(args: argparse.Namespace) -> int:
         plot_report(report, args.plot)
     bound_render.print_bound(report, quiet=bool(getattr(args, "quiet", False)))
     return 0
-
-
-def fltrust_rows(report: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    """The fraction-sweep rows of FLTrust."""
-    fl = report["settings"]["defenses"][0]
-    return (row for row in report["fractions"] if row["defense"] == fl)

@@ -43,7 +43,7 @@ def _fit_line(
 def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
     """Write the three-panel figure to ``path`` (PNG unless the suffix names another format)."""
     path = Path(path)
-    fig = Figure(figsize=(16, 5), layout="constrained")
+    fig = Figure(figsize=(17, 6), layout="constrained")
     FigureCanvasAgg(fig)
     ax1, ax2, ax3 = fig.subplots(1, 3)
     seed0 = report["per_seed"][0]
@@ -53,8 +53,11 @@ def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
     # 1. trajectories
     for i, tr in enumerate(report["trajectories"]):
         e = np.array([math.nan if v is None else v for v in tr["errors"]], dtype=float)
-        label = "no attack" if tr["attack"] == "none" else f"{tr['attack']} ({tr['fraction']:g})"
-        ax1.plot(np.arange(len(e)), e, lw=1.4, color=f"C{i}", label=label)
+        if tr["attack"] == "none":  # drawn wide and underneath: an attack that changes nothing hides it
+            ax1.plot(np.arange(len(e)), e, lw=4, color="0.75", label="no attack", zorder=1)
+        else:
+            label = f"{tr['attack']} ({tr['fraction']:g})"
+            ax1.plot(np.arange(len(e)), e, lw=1.4, color=f"C{i}", label=label, zorder=2)
     ax1.axhline(floor, color="black", ls=":", lw=1.2, label="||w_D0 - w*|| (root optimum)")
     if no_attack is not None:
         ax1.axhline(
@@ -64,13 +67,15 @@ def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
     ax1.set_xlabel("round t")
     ax1.set_ylabel("||w^t - w*||")
     ax1.set_title("FLTrust's trajectories and floor")
-    ax1.legend(fontsize=7)
+    ax1.legend(fontsize=8)
 
     # 2. final error against the Byzantine fraction, per defense (worst over the attacks)
     rows = [r for r in report["fractions"] if r["seed"] == seed0["seed"]]
     finite = [r["final_error"] for r in rows if r["final_error"] is not None]
     top = max(finite) * 3 if finite else 1.0
-    for d in report["settings"]["defenses"]:
+    defs = report["settings"]["defenses"]
+    for di, d in enumerate(defs):
+        shift = 0.012 * (di - (len(defs) - 1) / 2)  # side by side where the values coincide
         xs, ys, outside, diverged = [], [], [], []
         for x in report["settings"]["fractions"]:
             cell = [r for r in rows if r["defense"] == d and r["fraction"] == x and r["attack"] != "none"]
@@ -79,7 +84,7 @@ def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
                 continue
             div = any(r["status"] == "diverged" or r["final_error"] is None for r in cell)
             worst = top if div else max(r["final_error"] for r in cell)
-            xs.append(x)
+            xs.append(x + shift)
             ys.append(worst)
             outside.append(not all(r["inside_guarantee"] for r in cell))
             diverged.append(div)
@@ -94,7 +99,7 @@ def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
     ax2.set_yscale("log")
     ax2.set_xlabel("Byzantine fraction")
     ax2.set_ylabel("final ||w^T - w*|| (worst attack)")
-    ax2.set_title("Final error vs Byzantine fraction\n(hollow: outside guarantee; x: diverged)")
+    ax2.set_title("Final error vs Byzantine fraction, worst attack\n(hollow: outside guarantee; x: diverged)")
     ax2.legend(fontsize=8)
 
     # 3. root error at w* and the floor against |D0|
@@ -109,12 +114,29 @@ def plot_report(report: Mapping[str, Any], path: str | Path) -> Path:
     _fit_line(ax3, rx, ry, report["root_error_slope"], "tab:green", "root error at w*")
     fs = report["floor_slope"]
     _fit_line(ax3, fx, fy, fs, "tab:blue", f"FLTrust floor ({fs['attack']}, {fs['fraction']:g})")
+    sizes = np.array([r["root_size"] for r in sweep], dtype=float)
+    for i, (a, fit) in enumerate(report.get("floor_slopes", {}).items()):
+        if a == fs["attack"]:
+            continue
+        means = [np.mean([math.inf if v is None else v for v in r["floors"][a]]) for r in sweep]
+        est = fit.get("estimate")
+        ax3.plot(
+            sizes,
+            means,
+            ls="--",
+            lw=1.0,
+            marker=".",
+            color=f"C{(i + 3) % 10}",
+            label=f"floor, {a}: slope {est:.2f}" if est is not None else f"floor, {a}",
+        )
+    opt = [r["root_optimum_error_mean"] for r in sweep]
+    ax3.plot(sizes, opt, ls=":", color="black", lw=1.2, label="||w_D0 - w*|| (mean)")
     ax3.set_xscale("log")
     ax3.set_yscale("log")
     ax3.set_xlabel("|D0| (root samples)")
     ax3.set_ylabel("error")
-    ax3.set_title("Root error ||grad f_D0(w*) - grad F(w*)|| and floor vs |D0|")
-    ax3.legend(fontsize=7)
+    ax3.set_title("Root error ||grad f_D0(w*) - grad F(w*)|| and\nFLTrust's floor vs |D0|")
+    ax3.legend(fontsize=7, loc="lower left", framealpha=0.85)
 
     fig.suptitle(
         f"FLTrust's Theorem 1, checked: rho = {report['rho']:.3g} "
