@@ -124,6 +124,8 @@ def _check_value(key: str, value: Any, typ: str, constraint: str) -> Any:
         return value
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key} must be finite, got {value!r}")
+    if typ == "int" and not -(2**63) <= value < 2**63:  # every count ends up in a 64-bit integer
+        raise ConfigError(f"{key} must be below 2**63, got {value!r}")
     c = constraint
     bad = False
     if c == ">0":
@@ -320,12 +322,28 @@ def _check_relations(d: dict[str, dict[str, Any]]) -> None:
                 continue
             if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 raise ConfigError(f"matrix.{key} items must be names or tables with a name, got {item!r}")
+            if key == "defenses":
+                _check_pre(item)
+    _check_pre(d["defense"])
     for sk, values in d["matrix"]["sweep"].items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"matrix.sweep.{sk} must be a non-empty list, got {values!r}")
         section, dot, _ = sk.partition(".")
         if not dot or section not in SCHEMA or section in ("matrix", "bound"):
             raise ConfigError(f"matrix.sweep key {sk!r} must name a scenario key like threat.byzantine")
+
+
+def _check_pre(spec: Mapping[str, Any]) -> None:
+    """A defense's ``pre``: a list of pre-aggregator names or tables with a string ``name`` (its
+    labels are built from it before the composition itself is validated)."""
+    if "pre" not in spec:
+        return
+    pre = spec["pre"]
+    if not isinstance(pre, list):
+        raise ConfigError(f"defense.pre: expected a list, got {pre!r}")
+    for item in pre:
+        if not isinstance(item, str) and not (isinstance(item, dict) and isinstance(item.get("name"), str)):
+            raise ConfigError(f"defense.pre: entries must be a name or a table with a string 'name', got {item!r}")
 
 
 def parse_override(text: str) -> tuple[str, Any]:

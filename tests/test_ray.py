@@ -7,7 +7,8 @@
 * SIGKILL of a running ``robustfl matrix`` (its whole process group) leaves a partial store; the
   same command then runs only the missing cells: the stored ones keep their JSON (``elapsed_s``
   included) and their write time, none is duplicated or lost. Once with the local executor, once
-  with ``--executor ray --address`` against a running Ray instance.
+  with ``--executor ray --address`` against a running Ray instance (the killed driver's tasks
+  die with it; the rerun goes to the same instance).
 """
 
 from __future__ import annotations
@@ -117,31 +118,6 @@ def test_ray_reference_runs_match_local(ray_address: str, tmp_path: Path) -> Non
     assert {doc["reference"] for doc in cells.values()} == {"clean_run"}
 
 
-def _jobs(n: int = 1) -> list[Any]:
-    sc = load_scenario(QUICK, [a for a in RIDGE if a != "--set"])
-    return plan(sc, ["sign_flip"], ["median"], list(range(n)))
-
-
-@needs_ray
-@pytest.mark.slow
-def test_ray_dead_worker_and_timeout_are_failed_cells(ray_address: str, tmp_path: Path) -> None:
-    from robustfl.simulation.executors import ray_execute
-
-    # A "plugin" the worker loads before the cell: one kills its worker process, one hangs.
-    exits, hangs = tmp_path / "exits.py", tmp_path / "hangs.py"
-    exits.write_text("import os\nos._exit(3)\n")
-    hangs.write_text("import time\ntime.sleep(120)\n")
-    job = _jobs()[0]
-    [cell] = ray_execute([job], lambda j: None, [str(exits)], False, "cpu", None, None)
-    assert cell.status == "failed" and cell.key == job.key and cell.attack == "sign_flip"
-    assert "died" in (cell.error or "").lower() or "crash" in (cell.error or "").lower(), cell.error
-
-    t0 = time.monotonic()
-    [cell] = ray_execute([job], lambda j: None, [str(hangs)], False, "cpu", None, None, cell_timeout=1.0)
-    assert cell.status == "failed" and cell.error == "timeout after 1 s" and cell.elapsed_s >= 1.0
-    assert time.monotonic() - t0 < 60  # cancelled, not waited for
-
-
 def test_missing_ray_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -186,21 +162,21 @@ def _kill_midway(cmd: list[str], store: Path, env: dict[str, str], limit_s: floa
         proc.wait(30)
 
 
-def _resume_after_kill(tmp_path: Path, extra: list[str]) -> None:
+def _resume_after_kill(tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "s.db"
-    cmd = [sys.executable, "-m", "robustfl", "matrix", QUICK, *SLOW, "--workers", "2", "--store", str(store),
-           "--quiet", *extra]  # fmt: skip
+    argv = ["matrix", QUICK, *SLOW, "--workers", "2", "--store", str(store), "--quiet", *extra]
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
-    _kill_midway(cmd, store, env)
+    _kill_midway([sys.executable, "-m", "robustfl", *argv], store, env)
     before = _rows(store)
     assert 1 <= len(before) < SLOW_CELLS  # partial: the kill came mid-sweep
     with Store(store) as st:  # the killed store opens cleanly
         assert len(st.cells()) == len(before)
 
-    done = subprocess.run([*cmd, "--json", str(tmp_path / "m.json")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    # the same command again (in this process, which is quicker: no new interpreter, warm Ray workers)
+    capsys.readouterr()
+    assert main([*argv, "--json", str(tmp_path / "m.json")]) == 0
+    table = capsys.readouterr().out
     after = _rows(store)
     keys = [k for k, _, _ in after]
     args = [a for a in SLOW[: SLOW.index("--attacks")] if a != "--set"]
@@ -213,19 +189,46 @@ def _resume_after_kill(tmp_path: Path, extra: list[str]) -> None:
         assert now[key] == (cell, created), key
     doc = json.loads((tmp_path / "m.json").read_text())
     assert len(doc["cells"]) == SLOW_CELLS and all(c["status"] == "ok" for c in doc["cells"])
-    table = done.stdout
     for name in ("sign_flip", "alie", "ipm", "fedavg", "median", "over 2 seeds"):
         assert name in table, table
     assert "—" not in table  # every attack x defense cell has its value
 
 
 @pytest.mark.slow
-def test_local_sweep_resumes_after_sigkill(tmp_path: Path) -> None:
-    _resume_after_kill(tmp_path, [])
+def test_local_sweep_resumes_after_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _resume_after_kill(tmp_path, [], capsys)
 
 
 @needs_ray
 @pytest.mark.slow
-def test_ray_sweep_resumes_after_sigkill(ray_address: str, tmp_path: Path) -> None:
-    _resume_after_kill(tmp_path, ["--executor", "ray", "--address", ray_address])
+def test_ray_sweep_resumes_after_sigkill(
+    ray_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # killed: a driver connected to a running Ray instance; resumed: on that instance again
+    _resume_after_kill(tmp_path, ["--executor", "ray", "--address", ray_address], capsys)
 
+
+def _jobs(n: int = 1) -> list[Any]:
+    sc = load_scenario(QUICK, [a for a in RIDGE if a != "--set"])
+    return plan(sc, ["sign_flip"], ["median"], list(range(n)))
+
+
+@needs_ray
+@pytest.mark.slow
+def test_ray_dead_worker_and_timeout_are_failed_cells(ray_address: str, tmp_path: Path) -> None:
+    """Last in the file: it kills the instance's workers, so the tests after it would start cold."""
+    from robustfl.simulation.executors import ray_execute
+
+    # A "plugin" the worker loads before the cell: one kills its worker process, one hangs.
+    exits, hangs = tmp_path / "exits.py", tmp_path / "hangs.py"
+    exits.write_text("import os\nos._exit(3)\n")
+    hangs.write_text("import time\ntime.sleep(120)\n")
+    job = _jobs()[0]
+    [cell] = ray_execute([job], lambda j: None, [str(exits)], False, "cpu", None, None)
+    assert cell.status == "failed" and cell.key == job.key and cell.attack == "sign_flip"
+    assert "died" in (cell.error or "").lower() or "crash" in (cell.error or "").lower(), cell.error
+
+    t0 = time.monotonic()
+    [cell] = ray_execute([job], lambda j: None, [str(hangs)], False, "cpu", None, None, cell_timeout=1.0)
+    assert cell.status == "failed" and cell.error == "timeout after 1 s" and cell.elapsed_s >= 1.0
+    assert time.monotonic() - t0 < 60  # cancelled, not waited for

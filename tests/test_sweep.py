@@ -4,7 +4,6 @@ from the cells."""
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import math
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from robustfl.cli import main, render
 from robustfl.simulation import report
@@ -46,10 +44,6 @@ defenses = {json.dumps(DEFENSES)}
 seeds = {json.dumps(SEEDS)}
 sweep = {{ "threat.byzantine" = {json.dumps(BYZ)}, "threat.assumed_byzantine" = {json.dumps(ASSUMED)} }}
 """
-
-
-def _console() -> Console:
-    return Console(record=True, width=240, file=io.StringIO())
 
 
 # -- by hand ----------------------------------------------------------------------------------------
@@ -117,8 +111,8 @@ def test_sweep_through_the_cli(
             assert row["points"] == len(others)
             assert row["mean"] == pytest.approx(sum(worsts) / len(worsts), rel=1e-15, abs=0)
             assert row["worst"] == max(worsts)
-            fmt = report.format_value
-            assert row["text"] == f"{fmt(sum(worsts) / len(worsts))} (worst {fmt(max(worsts))})"
+            avg_t, worst_t = report.format_value(sum(worsts) / len(worsts)), report.format_value(max(worsts))
+            assert row["text"] == (avg_t if avg_t == worst_t else f"{avg_t} (worst {worst_t})")
         for d in DEFENSES:  # the "worst case" row: over every sweep point
             every = [hand[(b, f, d)][0] for b in BYZ for f in ASSUMED]
             assert view["worst"][d]["worst"] == max(every)
@@ -229,6 +223,12 @@ def test_axis_views_one_and_two_keys() -> None:
     assert [only["rows"][(v, "median")]["text"] for v in ("0.1", "0.2")] == ["0.2", "0.9"]  # one point a row
     assert only["worst"]["median"]["text"] == "0.55 (worst 0.9)"
     assert report.axis_views([c("a", "d", 0, 0.1)]) == {}  # no sweep, no axes
+    # the worst shown only where it differs from the mean (here a rule that ignores the second axis)
+    same = [c("a", "d", 0, 0.2, sweep={"x": 1, "y": y}) for y in (1, 2)]
+    row = report.axis_views(same)["x"]["rows"][("1", "d")]
+    assert row["points"] == 2 and row["mean"] == row["worst"] == 0.2 and row["text"] == "0.2"
+    assert "diverged (k/n)" in report.axis_caption(byz, "relative_drift")
+    assert "diverged" not in report.axis_caption(report.axis_views(same)["x"], "relative_drift")
 
 
 def test_mean_elapsed_and_markdown_time_table() -> None:
@@ -244,7 +244,9 @@ def test_mean_elapsed_and_markdown_time_table() -> None:
     assert "compute time" not in report.to_markdown(untimed)
 
 
-def test_render_worst_case_footer_and_axis_tables() -> None:
+def test_render_worst_case_footer_and_axis_tables(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     values = {  # (x, attack, defense) -> drift
         (1, "none", "fedavg"): 0.05, (1, "alie", "fedavg"): 0.7, (1, "none", "krum"): 0.2,
         (1, "alie", "krum"): 2.0, (2, "none", "fedavg"): 0.06, (2, "alie", "fedavg"): 0.8,
@@ -263,14 +265,13 @@ def test_render_worst_case_footer_and_axis_tables() -> None:
     assert columns == [["1", "2"], ["0.7", "0.8"], ["2", "0.4"]]
     assert [str(col.footer) for col in axis.columns] == ["worst case", "0.75 (worst 0.8)", "1.2 (worst 2)"]
 
-    con = _console()
-    render.print_matrix(cells, con)
-    out = con.export_text()
+    monkeypatch.setenv("COLUMNS", "200")
+    render.print_matrix(cells)  # to stdout
+    out = capsys.readouterr().out
     assert out.count("attack \\ defense") == 2 and out.index("x=2") < out.index("by x")
     assert "1.2 (worst 2)" in out
-    con = _console()
-    render.print_matrix(cells, con, sweep=False)
-    assert "by x" not in con.export_text()
+    render.print_matrix(cells, sweep=False)
+    assert "by x" not in capsys.readouterr().out
     # one attack: no worst-case row
     assert not render.matrix_tables([c("a", "d", 0, 0.1)])[0].show_footer
     # the HTML report: the same rows, coloured by the worst value's band

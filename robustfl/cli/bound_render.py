@@ -163,7 +163,9 @@ def root_table(r: Mapping[str, Any]) -> Table:
     for name in ("|D0|", "root err at w*", "2 Delta1", "within", "||w_D0 - w*||"):
         t.add_column(name, justify="right")
     for a in attacks:
-        t.add_column(f"floor {a}", justify="right", style="bold" if a == fs["attack"] else "")
+        t.add_column(
+            f"floor {a}", justify="right", style="bold" if a == fs["attack"] else "", overflow="fold"
+        )
     for row in r["root_sweep"]:
         floors = row.get("floors", {fs["attack"]: row["floor"]})
         t.add_row(

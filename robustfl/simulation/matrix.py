@@ -110,8 +110,7 @@ def plan(
             for d in defenses:
                 sig = (repr(a), repr(d))
                 if sig not in checked:
-                    sim = Simulation(sc, a, d, seeds[0], allow_outside_guarantee=allow_outside_guarantee)
-                    checked[sig] = sim.outside
+                    checked[sig] = _set_up(sc, a, d, seeds[0], allow_outside_guarantee).outside
                 for s in seeds:
                     jobs.append(Job(cell_key(sc, a, d, s), sc, a, d, s, dict(point), checked[sig]))
     labels = [(j.label) for j in jobs]
@@ -119,6 +118,28 @@ def plan(
         dup = next(lbl for lbl in labels if labels.count(lbl) > 1)
         raise RobustFLError(f'two cells share the label {dup!r}; give one a distinct label = "..."')
     return jobs
+
+
+_TOO_LARGE = ("can't allocate memory", "not enough memory", "out of memory", "Overflow when unpacking")
+
+
+def _set_up(sc: Scenario, attack: C.Spec, defense: C.Spec, seed: int, allow_outside: bool) -> Simulation:
+    """One cell's validated setup. A scenario whose data cannot be built at all (a size past what
+    this machine can allocate, or past a 64-bit count) is bad input: a one-line ConfigError."""
+    try:
+        return Simulation(sc, attack, defense, seed, allow_outside_guarantee=allow_outside)
+    except (MemoryError, OverflowError, RuntimeError, TypeError) as exc:
+        text = str(exc).strip()
+        if isinstance(exc, RuntimeError | TypeError) and not any(m in text for m in _TOO_LARGE):
+            raise
+        what = f"{C.attack_label(attack)} x {C.defense_label(defense)}"
+        detail = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+        if "allocate" in detail:
+            detail = detail[detail.find("you tried") :] if "you tried" in detail else detail
+        raise ConfigError(
+            f"cannot set up the cell {what}: the scenario is too large for this machine ({detail}); "
+            "check federation.clients, server.root_size and the task's sizes"
+        ) from None
 
 
 def provenance(scenario: Scenario, jobs: Sequence[Job]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ Worst cases and sweep axes, computed from those group means:
   failed, or ``n/a``) are left out and counted. The tables end with this "worst case" row.
 * :func:`axis_views`: for each sweep key, rows its values, columns the defenses; an entry
   summarises the worst cases over attacks at the sweep points with that value: ``mean`` over the
-  other axes' values and ``worst`` of them (the same number when there is one sweep key).
+  other axes' values and ``worst`` of them (its text shows the worst only where it differs).
 * :func:`mean_elapsed`: a cell's compute time (``elapsed_s``), mean over its seeds.
 """
 
@@ -277,7 +277,7 @@ def _over_points(entries: Sequence[tuple[str, Mapping[str, Any]]], metric: str) 
     if diverged:
         n_div = sum(e["status"] == "diverged" for _, e in ran)
         text = "diverged" if len(ran) == 1 else f"diverged ({n_div}/{len(ran)})"
-    elif len(ran) == 1:
+    elif len(ran) == 1 or format_value(mean) == format_value(worst["mean"]):
         text = format_value(worst["mean"])
     else:
         text = f"{format_value(mean)} (worst {format_value(worst['mean'])})"
@@ -289,10 +289,14 @@ def _over_points(entries: Sequence[tuple[str, Mapping[str, Any]]], metric: str) 
 
 def axis_caption(view: Mapping[str, Any], metric: str) -> str:
     """What an axis view's entries are."""
-    return (
-        f"final {metric} of the worst attack (mean over seeds), averaged over the sweep points of "
-        "the row (worst in brackets; diverged (k/n): at k of its n points)"
+    text = (
+        f"final {metric} of the worst attack (mean over seeds), averaged over the row's sweep points; "
+        "the worst point in brackets where it differs"
     )
+    entries = [*view["rows"].values(), *view["worst"].values()]
+    if any(e["status"] == "diverged" for e in entries):
+        text += "\ndiverged (k/n): diverged at k of the row's n sweep points"
+    return text
 
 
 def mean_elapsed(cells: Iterable[Cell]) -> dict[GroupKey, float]:

@@ -916,8 +916,16 @@ def claims(r: Mapping[str, Any]) -> list[dict[str, str]]:
         "vacuous" if r["theorem_vacuous"] else "holds",
         f"rho = {_fmt(r['rho'], '.4g')} (proof-supported, Delta2 = 0); "
         f"rho_literal = {_fmt(r['rho_literal'], '.4g')}",
-        "rho <= 0: the proof's recursion factor 1 - rho >= 1 never contracts, so the theorem "
-        "guarantees nothing"
+        (
+            "rho <= 0: the proof's recursion factor 1 - rho >= 1 never contracts, so the theorem "
+            "guarantees nothing"
+            + (
+                "; rho_literal > 0 only because the printed formula uses Lemma 2's factor, which the "
+                "proof establishes at alpha = mu/(2L^2) alone"
+                if r["rho_literal"] is not None and r["rho_literal"] > 0
+                else ""
+            )
+        )
         if r["theorem_vacuous"]
         else "rho > 0 at this alpha",
     )
