@@ -259,6 +259,12 @@ def _rule_notes(res: dict[str, Any]) -> list[str]:
                 f"ByzFL {a[2]['rel_err']:.1e}; "
                 f"robustfl vs ByzFL {a[0]['rel_err']:.1e} (ByzFL starts at 0, robustfl at the mean)"
             )
+        if "ratio_with_copy" in r:
+            notes.append(
+                f"{r['name']}: ByzFL clips in place (ratio above: copy untimed); charged for the copy that "
+                f"keeps the input, as robustfl does: ByzFL {_ms(r['byzfl_with_copy_s'])}, "
+                f"ratio {_x(r['ratio_with_copy'])}"
+            )
         if r.get("reduced_from_p"):
             notes.append(f"{r['name']}: run at P={r['p']:,}: {r['reduced_because']}")
         if r["same"] is False and r["name"] not in ("krum", "multi_krum"):

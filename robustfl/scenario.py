@@ -343,7 +343,8 @@ def _check_pre(spec: Mapping[str, Any]) -> None:
         raise ConfigError(f"defense.pre: expected a list, got {pre!r}")
     for item in pre:
         if not isinstance(item, str) and not (isinstance(item, dict) and isinstance(item.get("name"), str)):
-            raise ConfigError(f"defense.pre: entries must be a name or a table with a string 'name', got {item!r}")
+            msg = f"defense.pre: entries must be a name or a table with a string 'name', got {item!r}"
+            raise ConfigError(msg)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

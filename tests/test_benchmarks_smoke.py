@@ -204,6 +204,9 @@ def test_rules_against_a_byzfl_stand_in_agree_at_toy_size() -> None:
             assert rec["agreement"][1]["rel_err"] < rec["agreement"][2]["rel_err"] < 0.1
         else:
             assert rec["same"] is True, (name, rec["agreement"])
+    for name in ("clipping", "arc"):  # ByzFL clips in place: also timed with the copy charged
+        rec = by_name[name]
+        assert rec["ratio_with_copy"] == pytest.approx(rec["byzfl_with_copy_s"] / rec["robustfl_s"])
     # Krum at equal neighbour counts agrees; the f_hat = f comparison is reported beside it
     assert len(by_name["krum"]["agreement"]) == 2
     assert out["robustfl_only"] and "bulyan" in out["robustfl_only"]

@@ -145,41 +145,66 @@ def component(names: list[str]) -> st.SearchStrategy[Any]:
     return st.one_of(name, name, table, values)
 
 
-def for_key(section: str, key: str) -> st.SearchStrategy[Any]:
-    """Plausible values for one key (often valid, often just off), or anything at all."""
-    default = SCHEMA.get(section, {}).get(key, (None, "", ""))[1]
-    plausible: st.SearchStrategy[Any]
+SIZES = {"dim", "samples_per_client", "clients", "rounds", "local_steps", "hidden", "train_size", "test_size"}
+FRACTIONS = {"byzantine", "assumed_byzantine", "participation", "root_bias", "q", "fraction", "explore"}
+NAMES = {
+    "task": TASKS,
+    "attack": ATTACKS,
+    "defense": DEFENSES,
+    "algorithm": ["fedavg", "fedprox", "feddyn"],
+    "sharing": ["full", "psfed"],
+    "partition": ["iid", "iid", "dirichlet", "bias", "shards"],
+}
+
+
+def valid_for(section: str, key: str) -> st.SearchStrategy[Any]:
+    """Values of the right type and in range (combinations may still be refused)."""
     if key == "name":
-        names = {
-            "task": TASKS,
-            "attack": ATTACKS,
-            "defense": DEFENSES,
-            "algorithm": ["fedavg", "fedprox", "feddyn"],
-            "sharing": ["full", "psfed"],
-            "partition": ["iid", "dirichlet", "bias", "shards"],
-        }
-        plausible = st.one_of(st.sampled_from(names.get(section, ["x"])), text)
-    elif key in ("attacks", "defenses"):
-        plausible = st.lists(component(ATTACKS if key == "attacks" else DEFENSES), max_size=3)
-    elif key == "seeds":
-        plausible = st.lists(st.one_of(small_ints, HUGE, values), max_size=3)
-    elif key == "sweep":
-        sweep_key = st.one_of(
-            st.sampled_from(
-                ["threat.byzantine", "federation.clients", "task.dim", "federation.zzz", "threat"]
-            ),
-            text,
+        return st.sampled_from(NAMES.get(section, ["x"]))
+    if key in ("attacks", "defenses"):
+        names = ATTACKS if key == "attacks" else DEFENSES
+        return st.lists(st.one_of(st.sampled_from(names), component(names)), min_size=1, max_size=3)
+    if key == "seeds":
+        return st.lists(st.integers(0, 5), min_size=1, max_size=2)
+    if key == "sweep":
+        return st.sampled_from(
+            [{}, {"threat.byzantine": [0.1, 0.25]}, {"federation.clients": [6, 9]}, {"task.noise": [0.1]}]
         )
-        plausible = st.dictionaries(sweep_key, st.one_of(st.lists(scalars, max_size=2), scalars), max_size=2)
-    elif key in ("byzantine", "assumed_byzantine", "participation", "root_bias", "q", "fraction", "explore"):
-        plausible = st.one_of(fractions, small_ints)
-    elif default == "int" or key in ("dim", "samples_per_client", "hidden", "train_size", "test_size"):
-        plausible = st.one_of(small_ints, HUGE)
-    elif key == "knowledge":
-        plausible = st.one_of(st.sampled_from(["full", "honest", "own", "FULL"]), text)
-    else:
-        plausible = st.one_of(fractions, small_ints)
-    return st.one_of(plausible, plausible, plausible, values)
+    if key in FRACTIONS:
+        return st.one_of(st.floats(0.0, 1.0), st.integers(0, 4))
+    if key in SIZES:
+        return st.integers(1, 12)
+    if key in ("root_size", "batch_size", "full_sync_every", "shards_per_client"):
+        return st.integers(0, 12)
+    if key == "threads":
+        return st.integers(1, 2)
+    if key == "knowledge":
+        return st.sampled_from(["full", "honest", "own"])
+    if key == "mask":
+        return st.sampled_from(["random", "magnitude", "gradient"])
+    if key == "pre":
+        return st.lists(st.sampled_from(["nnm", "bucketing", "clipping", "arc"]), max_size=2)
+    return st.floats(1e-3, 10.0)
+
+
+def off_for(section: str, key: str) -> st.SearchStrategy[Any]:
+    """Values just off: wrong type, negative, zero, outside [0, 1], huge, empty, unknown names."""
+    if key == "name":
+        return st.one_of(text, st.sampled_from(["Ridge", "ridge ", "sign-flip", "fed_avg", ""]), scalars)
+    if key in ("attacks", "defenses", "seeds"):
+        return st.one_of(st.just([]), st.lists(values, max_size=3), scalars, st.lists(st.one_of(HUGE, text)))
+    return st.one_of(HUGE, st.integers(-3, 0), st.sampled_from([-0.5, 1.5, 2.0, 1e308, -1e-12]), text,
+                     st.booleans(), fractions, st.just([]), st.just({}))  # fmt: skip
+
+
+@st.composite
+def for_key(draw: Any, section: str, key: str) -> Any:
+    roll = draw(st.integers(0, 9))
+    if roll < 6:
+        return draw(valid_for(section, key))
+    if roll < 9:
+        return draw(off_for(section, key))
+    return draw(values)
 
 
 KEYS: dict[str, list[str]] = {s: list(k) for s, k in SCHEMA.items()}
@@ -192,21 +217,23 @@ KEYS["defense"] = ["name", "pre", "beta"]
 
 @st.composite
 def scenarios(draw: Any) -> dict[str, Any]:
-    """The tiny base scenario with a few sections perturbed; sometimes unknown sections or keys,
-    values where tables belong, f-hat pushed to K/2 and past it."""
+    """The tiny base scenario with one to three keys set: mostly known keys with valid values, then
+    values just off, anything at all, unknown sections and keys, values where tables belong, and
+    f-hat pushed to K/2 and past it for rules that need a majority."""
     doc: dict[str, Any] = json.loads(json.dumps(BASE))
-    for _ in range(draw(st.integers(1, 4))):
-        section = draw(st.one_of(st.sampled_from(list(KEYS)), st.sampled_from(list(KEYS)), text))
-        if section not in KEYS:
-            doc[section] = draw(st.one_of(st.dictionaries(text, values, max_size=2), values))
+    for _ in range(draw(st.integers(1, 3))):
+        roll = draw(st.integers(0, 19))
+        if roll == 0:  # an unknown section
+            doc[draw(text)] = draw(st.one_of(st.dictionaries(text, values, max_size=2), values))
+            continue
+        section = draw(st.sampled_from(list(KEYS)))
+        if roll == 1:  # a value where a table belongs
+            doc[section] = draw(values)
             continue
         body = doc.setdefault(section, {})
         if not isinstance(body, dict):
             continue
-        if draw(st.integers(0, 9)) == 0:
-            doc[section] = draw(values)  # a value where a table belongs
-            continue
-        key = draw(st.one_of(st.sampled_from(KEYS[section]), text))
+        key = draw(text) if roll == 2 else draw(st.sampled_from(KEYS[section]))
         body[key] = draw(for_key(section, key))
     if draw(st.integers(0, 4)) == 0:  # a majority rule at f-hat ~ K/2
         k = draw(st.integers(1, 12))

@@ -1,6 +1,6 @@
 """Terminal output: the attack x defense table, matrix progress, one run's summary, errors.
 
-The only module of robustfl that imports rich, and a thin layer: the numbers come from
+With bound_render.py, the only modules of robustfl that import rich; a thin layer: the numbers come from
 :func:`robustfl.simulation.report.summarize`, so the table, the CSV/Markdown/HTML reports and
 the heatmap agree. Colours go from safe to broken by the final relative drift (green < 0.1,
 yellow < 0.5, dark orange < 1, red >= 1 or diverged); ``failed`` cells are magenta; a cell run

@@ -1037,8 +1037,9 @@ def verdict(r: Mapping[str, Any]) -> str:
         else f"Theorem 1 applies: rho = {_fmt(r['rho'], '.4g')} > 0."
     )
     tail = (
-        " Its lemmas hold on every round checked, and the behaviour it aims at is real: FLTrust stays near "
-        "the root data's optimum under every attack and fraction."
+        " Its lemmas hold on every round checked, and the behaviour it aims at is real: under every "
+        f"attack and fraction FLTrust's final error stays within {WITHIN:g} x max(its no-attack error, "
+        "the root data's own optimum error), while FedAvg and the median break."
         if not failed
         else " Checks that failed: " + "; ".join(failed) + "."
     )
