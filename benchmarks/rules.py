@@ -38,7 +38,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -205,7 +204,7 @@ def _pre_rows(pre: Any, f: int) -> Callable[[Tensor], Tensor]:
     return run
 
 
-def _krum_checks(name: str, byz: ModuleType, f: int) -> Callable[[Tensor], list[tuple[str, Tensor, Tensor]]]:
+def _krum_checks(name: str, byz: Any, f: int) -> Callable[[Tensor], list[tuple[str, Tensor, Tensor]]]:
     """Krum / Multi-Krum agreement: robustfl with f_hat = f - 1 scores with K - f - 1 neighbours,
     ByzFL's count at f (Multi-Krum keeps selecting K - f rows), then both at the same f."""
     cls = {"krum": "Krum", "multi_krum": "MultiKrum"}[name]
@@ -224,7 +223,7 @@ def _krum_checks(name: str, byz: ModuleType, f: int) -> Callable[[Tensor], list[
     return checks
 
 
-def build_case(name: str, byz: ModuleType, u: Tensor, f: int) -> Case:
+def build_case(name: str, byz: Any, u: Tensor, f: int) -> Case:
     """The pairing for robustfl rule ``name`` on matrix ``u`` with f assumed Byzantine."""
     k = u.shape[0]
     if name == "fedavg":
@@ -341,7 +340,7 @@ def build_case(name: str, byz: ModuleType, u: Tensor, f: int) -> Case:
     raise KeyError(f"no ByzFL pairing for {name!r} (K = {k})")
 
 
-def _geometric_median_case(byz: ModuleType, u: Tensor, f: int) -> Case:
+def _geometric_median_case(byz: Any, u: Tensor, f: int) -> Case:
     defaults = byz.GeometricMedian()
     iters = int(defaults.T)
     nu = 1e-6
@@ -380,7 +379,7 @@ def _geometric_median_case(byz: ModuleType, u: Tensor, f: int) -> Case:
     )
 
 
-def byzfl_only(byz: ModuleType) -> list[str]:
+def byzfl_only(byz: Any) -> list[str]:
     """ByzFL aggregator classes with no robustfl counterpart here."""
     # byzfl/__init__ star-imports the aggregators package, whose submodule ``aggregators`` then
     # shadows the package attribute: look the two modules up by their full names.
@@ -448,7 +447,7 @@ def run_case(case: Case, u: Tensor, repeats: int, budget_s: float) -> dict[str, 
 
 
 def bench_rules(
-    byz: ModuleType,
+    byz: Any,
     k: int = 50,
     p: int = 1_000_000,
     f: int = 10,
@@ -458,7 +457,10 @@ def bench_rules(
     seed: int = 0,
     memory_fraction: float = 0.5,
 ) -> dict[str, Any]:
-    """Every paired rule at (K, P) float32 with f assumed Byzantine. Returns {"cases", "byzfl_only", ...}."""
+    """Every paired rule at (K, P) float32 with f assumed Byzantine. Returns {"cases", "byzfl_only", ...}.
+
+    ``byz`` is the ByzFL module, or any object with ByzFL's aggregator classes as attributes.
+    """
     u = make_updates(k, p, f, seed)
     cases: list[dict[str, Any]] = []
     for name in names if names is not None else list(PAIRS):

@@ -398,7 +398,7 @@ def test_testing_imports_without_hypothesis(monkeypatch: pytest.MonkeyPatch) -> 
     fresh.check_defense(Median())  # the property suite itself needs no Hypothesis
     with pytest.raises(ImportError, match=r"robustfl.testing.update_matrices needs Hypothesis: pip install "
                                           r"'robustfl\[testing\]'"):
-        fresh.update_matrices
+        _ = fresh.update_matrices
 
 
 # -- the round trip with real installs ----------------------------------------------------------

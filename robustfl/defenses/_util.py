@@ -20,6 +20,7 @@ def check_updates(updates: Tensor, rule: str) -> None:
 
 
 _CHUNK = 1 << 16
+_BLOCK = 1 << 12
 
 
 def row_norms(updates: Tensor) -> Tensor:
@@ -32,7 +33,11 @@ def row_norms(updates: Tensor) -> Tensor:
     """
     if updates.dtype == torch.float64:
         return torch.linalg.vector_norm(updates, dim=1)
-    norms = torch.linalg.vector_norm(updates, dim=1).to(torch.float64)
+    acc64 = torch.zeros(updates.shape[0], dtype=torch.float64, device=updates.device)
+    for start in range(0, updates.shape[1], _BLOCK):  # float32 blocks, combined in float64
+        block = updates[:, start : start + _BLOCK]
+        acc64 += torch.linalg.vector_norm(block, dim=1).to(torch.float64).square()
+    norms = acc64.sqrt()
     bad = ~torch.isfinite(norms)
     if bool(bad.any()):
         rows = updates[bad]

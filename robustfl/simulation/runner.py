@@ -232,10 +232,9 @@ class Simulation:
                 start = w.expand(len(ids), -1)  # the start points, untouched by training
             else:
                 start = self.sharing.start_points(w, ids_dev)
-                if merged:
-                    train_start = torch.cat([start, w[None]])
-                else:  # trained in place: keep the start points apart when the algorithm reads them
-                    train_start = start.clone() if has_extra else start
+                # trained in place: keep the start points apart when the algorithm reads them
+                own_copy = start.clone() if has_extra else start
+                train_start = torch.cat([start, w[None]]) if merged else own_copy
 
             def extra(theta: Tensor, start: Tensor = start, ids_dev: Tensor = ids_dev) -> Tensor | None:
                 if not merged:
@@ -282,7 +281,7 @@ class Simulation:
             updates = rows
             n_byz = int(byz.sum())
             attack_stats: dict[str, float] = {}
-            if n_byz > 0 and not getattr(self.attack, "poisons_data", False):
+            if n_byz > 0:  # data-poisoning attacks return their trained rows (a composite may boost them)
                 updates = self._attack(rows, byz, dctx, reference, t, len(ids), w, granted, g_attack)
                 attack_stats = dict(getattr(self.attack, "last_stats", {}) or {})
             agg = self.defense(updates, dctx)

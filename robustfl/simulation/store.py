@@ -167,7 +167,7 @@ class Store:
             raise  # a closed store: a bug in the caller, not in the file
         except sqlite3.Error as e:
             raise StoreError(f"store {self.path}: cannot {what}: {e}") from None
-        except (ValueError, KeyError) as e:  # undecodable JSON, a cell missing its identity
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # undecodable or mis-shaped JSON
             raise StoreError(f"store {self.path} is corrupt: cannot {what}: {e}") from None
 
     # -- cells --------------------------------------------------------------------------------
