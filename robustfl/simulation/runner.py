@@ -233,7 +233,7 @@ class Simulation:
             else:
                 start = self.sharing.start_points(w, ids_dev)
                 # trained in place: keep the start points apart when the algorithm reads them
-                own_copy = start.clone() if has_extra else start
+                own_copy = start.clone() if has_extra and not merged else start
                 train_start = torch.cat([start, w[None]]) if merged else own_copy
 
             def extra(theta: Tensor, start: Tensor = start, ids_dev: Tensor = ids_dev) -> Tensor | None:
