@@ -157,8 +157,9 @@ def _writer(path: str, worker: int, n: int, barrier: object) -> None:
 
 def test_two_processes_write_concurrently(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.db")
-    # fork where there is one: a spawned child would spend seconds importing torch again.
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    # spawn, not fork: by now the test process may run threads (torch pools, earlier tests), and a
+    # forked child of a threaded process can deadlock; a few seconds of imports buy reliability.
+    ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=_writer, args=(path, w, 50, barrier)) for w in (0, 1)]  # type: ignore[attr-defined]
     for p in procs:

@@ -30,7 +30,7 @@ METRIC_KEYS = (
     "attack_success_rate",
     "sybil_weight",
 )
-NESTED_KEYS = ("defense", "algorithm", "sharing")
+NESTED_KEYS = ("defense", "algorithm", "sharing", "attack")
 STATUSES = ("ok", "diverged", "failed")
 
 
