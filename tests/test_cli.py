@@ -146,3 +146,27 @@ def test_nan_rows_fedavg_diverges_others_finish(tmp_path: Path) -> None:
     assert cells["fltrust"]["final"]["relative_drift"] < 0.5
     assert cells["fltrust"]["final"]["defense"]["num_invalid"] == 2
     assert cells["fedsim"]["final"]["defense"]["excluded"] == 2
+
+
+def test_ctrl_c_after_the_last_cell_says_the_store_is_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the table is printed (every cell committed): exit 130 with the resume line,
+    not a bare 'interrupted'; the rerun prints the table from the store alone."""
+    from robustfl.cli import render
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    store = tmp_path / "s.db"
+    argv = ["matrix", "quick", *SMALL, "--attacks", "none,sign_flip", "--defenses", "fedavg"]
+    argv += ["--seeds", "0", "--workers", "1", "--store", str(store), "--quiet"]
+    monkeypatch.setattr(render, "print_matrix", interrupted)
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"robustfl: interrupted: 2 of 2 cells are finished in the store {store}; "
+        "rerun the same command to resume"
+    ]
+    monkeypatch.undo()
+    assert main(argv) == 0

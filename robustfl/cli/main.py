@@ -228,7 +228,7 @@ def _section(sc: Any, name: str) -> Any:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from ..simulation.matrix import run_matrix
+    from ..simulation.matrix import Interrupted, _interrupted_message, run_matrix
     from . import render
 
     sc = _load(args)
@@ -236,29 +236,38 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     Path(store).parent.mkdir(parents=True, exist_ok=True)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    with render.MatrixProgress(quiet=args.quiet) as progress:
-        result = run_matrix(
-            sc,
-            attacks=_csv(args.attacks, "attacks"),
-            defenses=_csv(args.defenses, "defenses"),
-            seeds=_csv(args.seeds, "seeds"),
-            workers=args.workers,
-            store=store,
-            executor=args.executor,
-            address=args.address,
-            plugins=args.plugin,
-            allow_outside_guarantee=args.allow_outside_guarantee,
-            device=args.device,
-            progress=progress,
-            cell_timeout=args.cell_timeout,
-        )
-    if args.json:
-        _write_json(args.json, result.to_json())
-    if args.plot:
-        from .plots import heatmap
+    result = None
+    try:
+        with render.MatrixProgress(quiet=args.quiet) as progress:
+            result = run_matrix(
+                sc,
+                attacks=_csv(args.attacks, "attacks"),
+                defenses=_csv(args.defenses, "defenses"),
+                seeds=_csv(args.seeds, "seeds"),
+                workers=args.workers,
+                store=store,
+                executor=args.executor,
+                address=args.address,
+                plugins=args.plugin,
+                allow_outside_guarantee=args.allow_outside_guarantee,
+                device=args.device,
+                progress=progress,
+                cell_timeout=args.cell_timeout,
+            )
+        if args.json:
+            _write_json(args.json, result.to_json())
+        if args.plot:
+            from .plots import heatmap
 
-        heatmap(result.cells, args.plot)
-    render.print_matrix(result.cells, title=sc.name)
+            heatmap(result.cells, args.plot)
+        render.print_matrix(result.cells, title=sc.name)
+    except KeyboardInterrupt as exc:
+        if result is None or isinstance(exc, Interrupted):
+            raise
+        # Ctrl-C after the last cell was committed (writing the JSON, plot or table): the store
+        # holds every cell; a rerun resumes them all and writes the rest
+        done = {c.key: c for c in result.cells}
+        raise Interrupted(_interrupted_message(done, len(done), store)) from None
     if not args.quiet:
         render.print_note(
             f"store: {store}"
