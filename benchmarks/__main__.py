@@ -8,7 +8,9 @@ Groups (``--only NAME`` runs one):
   (``benchmarks/rules.py``; ratio = ByzFL time / robustfl time, with an output-agreement check).
   ByzFL is installed into ``runs/bench-deps`` on first use (``benchmarks/byzfl_env.py``); when
   it cannot be installed or imported the group prints ``skipped: <reason>``;
-* ``floors`` -- rules vs the memory/compute floor of their maths (``benchmarks/floors.py``).
+* ``floors`` -- rules vs the memory/compute floor of their maths (``benchmarks/floors.py``);
+* ``matrix`` -- the default matrix from the command line, ``--workers 2`` vs ``--workers 1``
+  (``benchmarks/matrix.py``; target >= 1.7x), beside this machine's own ceiling for two processes.
 
 Writes ``runs/bench.json`` (``--out``), with the process's peak RSS, and prints a plain-text
 table. ``--quick`` uses small sizes (a check that everything runs, not numbers to quote).
@@ -38,8 +40,9 @@ from .floors import bench_floors
 from .rules import bench_rules, progress, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
-GROUPS = ("engine", "rules", "floors")
+GROUPS = ("engine", "rules", "floors", "matrix")
 ENGINE_TARGETS = {100: 10.0, 1000: 20.0}
+MATRIX_TARGET = 1.7  # --workers 2 vs --workers 1 on the default matrix (issue 6)
 
 
 def peak_rss_bytes() -> int:
@@ -115,10 +118,20 @@ def run_floors(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def run_matrix_group(args: argparse.Namespace) -> dict[str, Any]:
+    from .matrix import bench_matrix
+
+    out = bench_matrix("quick", workers=2, repeats=args.repeats or (1 if args.quick else 3))
+    out["target"] = MATRIX_TARGET
+    out["verdict"] = verdict(out["ratio_best"], MATRIX_TARGET, higher_is_better=True)
+    return out
+
+
 RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "engine": run_engine,
     "rules": run_rules,
     "floors": run_floors,
+    "matrix": run_matrix_group,
 }
 
 
@@ -231,12 +244,31 @@ def table(results: dict[str, Any]) -> str:
                 ],
             ),
         ]
+    if "matrix" in results:
+        res = results["matrix"]
+        lines.append("")
+        lines += _error("matrix", res) or _matrix_lines(res)
     lines.append("")
     lines.append(
         f"peak RSS: {results['peak_rss_bytes'] / 2**30:.2f} GiB; load average at the end: "
         + " ".join(f"{x:.2f}" for x in results["loadavg_end"])
     )
     return "\n".join(lines)
+
+
+def _matrix_lines(res: dict[str, Any]) -> list[str]:
+    w = res["workers"]
+    m = res["machine"]
+    walls = lambda key: ", ".join(f"{t:.1f}" for t in res[key])  # noqa: E731
+    return [
+        f"matrix: `robustfl matrix {res['scenario']}` ({res['cells']} cells) from the command line, "
+        f"--workers {w} vs --workers 1; cells identical: {'yes' if res['identical'] else 'NO'}",
+        f"  wall s, --workers 1: {walls('wall_1_s')}; --workers {w}: {walls(f'wall_{w}_s')}",
+        f"  ratio best {_x(res['ratio_best'])} (median {_x(res['ratio_median'])}), target >= "
+        f"{res['target']:g}x: {res['verdict']}",
+        f"  this machine's ceiling for {w} single-threaded processes: {_x(m['ceiling'])} "
+        f"(one alone {m['alone_s']:.2f} s, {w} at once {m['together_s']:.2f} s)",
+    ]
 
 
 def _rule_notes(res: dict[str, Any]) -> list[str]:

@@ -25,7 +25,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from sklearn.cluster import HDBSCAN
 from torch import Tensor
 
 from ..types import Aggregate, DefenseContext
@@ -35,6 +34,8 @@ from ._util import check_updates, row_norms
 
 def majority_cluster(dist: np.ndarray) -> np.ndarray | None:
     """Boolean mask of the largest HDBSCAN cluster on a precomputed distance matrix, or None."""
+    from sklearn.cluster import HDBSCAN  # imported when used: a second to import
+
     n = len(dist)
     if n <= 1:
         return np.ones(n, dtype=bool)

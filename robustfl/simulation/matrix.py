@@ -13,6 +13,9 @@ that many seconds has its worker process killed and is recorded as ``failed`` wi
 "timeout after S s". A worker process that dies (killed, out of memory) fails its cell the same
 way, and a fresh worker takes the next cell. Cells run in worker processes whenever
 ``workers > 1`` or a timeout is set (in this process only for ``workers=1`` without one).
+One pool serves the references and the cells; its workers start in the background as soon as
+``run_matrix`` is called (a fork server imports torch and every built-in module once, seconds),
+and without a timeout this process runs cells itself until the first worker is up.
 Ctrl-C (SIGINT) stops the matrix once the finished cells are committed: a commit under way when
 the signal arrives completes first; workers ignore SIGINT and are stopped by the driver, and
 :class:`Interrupted` says how many cells are in the store. Every cell is one SQLite transaction,
@@ -242,9 +245,26 @@ def _mp_context() -> mp.context.BaseContext:
     every fresh worker (seconds each, counted against a cell's timeout)."""
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["robustfl.simulation.matrix", "torch._dynamo"])
+        ctx.set_forkserver_preload(
+            ["robustfl.simulation.matrix", "robustfl.simulation._preload", "torch._dynamo"]
+        )
         return ctx
     return mp.get_context("spawn")
+
+
+def _start_server(ctx: Any) -> None:
+    """Start the fork server now, from the main thread, with SIGINT ignored: it inherits that, so
+    a Ctrl-C to the terminal's process group while it is still importing torch does not print its
+    traceback (the driver handles Ctrl-C; the server ignores SIGINT once it is up anyway)."""
+    if ctx.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
+        return
+    from multiprocessing import forkserver
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
 
 
 # --- worker processes -----------------------------------------------------------------------
@@ -316,8 +336,39 @@ class _Pool:
         self.size, self.timeout = max(1, size), timeout
         self._args = (list(plugins), allow_outside, device)
         self._ctx: Any = _mp_context()
+        _start_server(self._ctx)
         self._idle: list[_Slot] = []
         self._busy: dict[Connection, _Slot] = {}
+        self._warming: threading.Thread | None = None
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+
+    def warm(self) -> None:
+        """Start the workers in a background thread (the fork server imports torch and robustfl
+        once, seconds), so the driver plans, opens the store and resumes meanwhile. The first
+        dispatch waits for it rather than starting workers of its own."""
+
+        cancelled = self._cancel = threading.Event()
+
+        def start() -> None:
+            for _ in range(self.size):
+                try:
+                    slot = self._spawn()
+                except Exception:  # the first dispatch starts (and reports) workers itself
+                    return
+                with self._lock:
+                    if cancelled.is_set():  # closed meanwhile (Ctrl-C, nothing to run)
+                        self._kill(slot)
+                        return
+                    self._idle.append(slot)
+
+        self._warming = threading.Thread(target=start, name="robustfl-pool-warm", daemon=True)
+        self._warming.start()
+
+    def _warmed(self) -> None:
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
 
     def _spawn(self) -> _Slot:
         parent, child = self._ctx.Pipe()
@@ -335,7 +386,13 @@ class _Pool:
 
     def _dispatch(self, item: Any, msg: Any) -> None:
         for _ in range(2):  # an idle worker may have died: one retry on a fresh one
-            slot = self._idle.pop() if self._idle else self._spawn()
+            with self._lock:
+                slot = self._idle.pop() if self._idle else None
+            if slot is None:
+                self._warmed()  # wait for the workers being started rather than start more
+                with self._lock:
+                    slot = self._idle.pop() if self._idle else None
+            slot = slot if slot is not None else self._spawn()
             try:
                 slot.conn.send(msg)
             except (BrokenPipeError, EOFError, OSError):
@@ -361,32 +418,57 @@ class _Pool:
         slot.proc.join(1)
         return _Fault(f"worker process died (exit code {slot.proc.exitcode})", now - slot.started)
 
+    def _starting(self) -> bool:
+        """Workers are still being started in the background and none is idle yet."""
+        return self._warming is not None and self._warming.is_alive() and not self._idle
+
     def imap(
         self,
         items: Iterable[Any],
         message: Callable[[Any], Any],
         skip: Callable[[Any], Any] | None = None,
         on_start: Callable[[Any], None] | None = None,
+        keep: bool = False,
+        local: Callable[[Any], Any] | None = None,
     ) -> Generator[tuple[Any, Any], None, None]:
         """Yield ``(item, result)`` as tasks finish (any order); ``result`` is the worker's answer
         or a :class:`_Fault`. ``skip(item)``, asked just before dispatch, may return a result to
-        yield without running the item."""
+        yield without running the item. ``local(item)``, when given, runs an item in this process
+        while the workers are still starting (:meth:`warm`), so the seconds a fork server takes
+        to import torch are not idle. With ``keep`` the idle workers stay for the next imap
+        when every item is done; otherwise (and always when stopped early) the pool is closed."""
         queue = deque(items)
+        finished = False
+
+        def take() -> tuple[Any, Any]:
+            item = queue.popleft()
+            return item, (skip(item) if skip is not None else None)
+
         try:
             while queue or self._busy:
-                while queue and len(self._busy) < self.size:
-                    item = queue.popleft()
-                    got = skip(item) if skip is not None else None
+                ran_here = False
+                while queue and len(self._busy) < self.size and not (local and self._starting()):
+                    item, got = take()
                     if got is not None:
                         yield item, got
                         continue
                     self._dispatch(item, message(item))
                     if on_start is not None:
                         on_start(item)
+                if queue and local is not None and self._starting():
+                    item, got = take()
+                    if got is None:
+                        if on_start is not None:
+                            on_start(item)
+                        got = local(item)
+                    ran_here = True
+                    yield item, got
                 if not self._busy:
                     continue
                 deadlines = [s.deadline for s in self._busy.values() if s.deadline is not None]
                 wait_s = max(0.0, min(deadlines) - time.monotonic()) + 0.01 if deadlines else None
+                if ran_here or (queue and local is not None and self._starting()):
+                    wait_s = 0.0  # collect what finished, then run the next item here
                 wait_any([*self._busy, *(s.proc.sentinel for s in self._busy.values())], timeout=wait_s)
                 now = time.monotonic()
                 for slot in list(self._busy.values()):
@@ -396,16 +478,23 @@ class _Pool:
                         if isinstance(result, _Fault):
                             self._kill(slot)
                         else:
-                            self._idle.append(slot)
+                            with self._lock:
+                                self._idle.append(slot)
                         yield slot.item, result
+            finished = True
         finally:
-            self.close()
+            if not (keep and finished):
+                self.close()
 
     def close(self) -> None:
-        """Stop every worker: busy ones are killed, idle ones asked to exit (then killed)."""
-        busy, idle = list(self._busy.values()), list(self._idle)
-        self._busy.clear()
-        self._idle.clear()
+        """Stop every worker: busy ones are killed, idle ones asked to exit (then killed). Workers
+        still being started in the background are stopped as they come up."""
+        with self._lock:
+            self._cancel.set()
+            self._warming = None
+            busy, idle = list(self._busy.values()), list(self._idle)
+            self._busy.clear()
+            self._idle.clear()
         for slot in busy:
             self._kill(slot)
         for slot in idle:
@@ -492,12 +581,17 @@ def run_matrix(
     from .store import Store
 
     timeout = _check_timeout(cell_timeout)
-    jobs = plan(scenario, attacks, defenses, seeds, allow_outside_guarantee=allow_outside_guarantee)
-    prov = provenance(scenario, jobs)
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    pool: _Pool | None = None
+    if executor == "local" and (workers > 1 or timeout is not None):
+        pool = _Pool(workers, plugins, allow_outside_guarantee, device, timeout)
+        pool.warm()  # workers start while the cells are planned, the store opened and resumed
     db: Store | None = None
     done: dict[str, Cell] = {}
+    jobs: list[Job] = []
     try:
+        jobs = plan(scenario, attacks, defenses, seeds, allow_outside_guarantee=allow_outside_guarantee)
+        prov = provenance(scenario, jobs)
         with _SigintGuard() as guard:
             db = Store(store) if store is not None else None
             if db is not None:
@@ -529,7 +623,9 @@ def run_matrix(
                     from_store.add(job.key)
                 return c
 
-            refs, ref_errors = _references(todo, db, workers, plugins, device, executor, address, timeout)
+            refs, ref_errors = _references(
+                todo, db, workers, plugins, device, executor, address, timeout, pool
+            )
             runnable = []
             for j in todo:
                 err = ref_errors.get(reference_key(j.scenario, j.seed))
@@ -549,13 +645,18 @@ def run_matrix(
                 progress,
                 cell_timeout=timeout,
                 skip=finished_elsewhere,
+                pool=pool,
             )
             with closing(cells):  # on Ctrl-C the generator's workers are stopped right here
                 for cell in cells:
                     record(cell)
     except KeyboardInterrupt:
+        if not jobs:  # still planning: nothing ran, nothing to say about a store
+            raise
         raise Interrupted(_interrupted_message(done, len(jobs), store)) from None
     finally:
+        if pool is not None:
+            pool.close()
         if db is not None:
             db.close()
     return MatrixResult(scenario.to_dict(), prov, [done[j.key] for j in jobs if j.key in done])
@@ -602,6 +703,7 @@ def _references(
     executor: str,
     address: str | None,
     timeout: float | None = None,
+    pool: _Pool | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The clean-run reference models the cells need (from the store, else computed and stored),
     and the reason for each one that could not be computed (its cells then fail)."""
@@ -630,17 +732,25 @@ def _references(
             db.put_ref(key, result, {"seed": seed})
 
     if executor == "local" and (timeout is not None or (workers > 1 and len(missing) > 1)):
-        pool = _Pool(min(workers, len(missing)), plugins, False, device, timeout)
-        for (key, _, seed), answer in pool.imap(missing, lambda m: ("ref", (m[1], m[2]))):
+        own = pool is None
+        use = _Pool(min(workers, len(missing)), plugins, False, device, timeout) if own else pool
+        assert use is not None
+        here = (lambda m: _reference_or_reason(m[1], m[2], plugins, device)) if timeout is None else None
+        answers = use.imap(missing, lambda m: ("ref", (m[1], m[2])), keep=not own, local=here)
+        for (key, _, seed), answer in answers:
             keep(key, seed, answer)
         return refs, errors
     for key, sc, seed in missing:
-        try:
-            result: Any = run_reference(sc, seed, plugins, device)
-        except Exception as exc:
-            result = _describe(exc)
-        keep(key, seed, result)
+        keep(key, seed, _reference_or_reason(sc, seed, plugins, device))
     return refs, errors
+
+
+def _reference_or_reason(sc: Scenario, seed: int, plugins: Sequence[str], device: str) -> np.ndarray | str:
+    """The clean reference model, or why it could not be computed (its cells then fail with it)."""
+    try:
+        return run_reference(sc, seed, plugins, device)
+    except Exception as exc:
+        return _describe(exc)
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:
@@ -664,6 +774,7 @@ def _execute(
     *,
     cell_timeout: float | None = None,
     skip: Callable[[Job], Cell | None] | None = None,
+    pool: _Pool | None = None,
 ) -> Generator[Cell, None, None]:
     def ref_of(j: Job) -> np.ndarray | None:
         return refs.get(reference_key(j.scenario, j.seed))
@@ -696,8 +807,10 @@ def _execute(
             started(j)
             yield run_job(j, ref_of(j), plugins, allow_outside, device)
         return
-    pool = _Pool(min(workers, len(todo)), plugins, allow_outside, device, cell_timeout)
-    results = pool.imap(todo, lambda j: ("cell", (j, ref_of(j))), skip=skip, on_start=started)
+    if pool is None:
+        pool = _Pool(min(workers, len(todo)), plugins, allow_outside, device, cell_timeout)
+    here = (lambda j: run_job(j, ref_of(j), plugins, allow_outside, device)) if cell_timeout is None else None
+    results = pool.imap(todo, lambda j: ("cell", (j, ref_of(j))), skip=skip, on_start=started, local=here)
     with closing(results):
         for j, result in results:
             yield _fault_cell(j, result.message, result.elapsed) if isinstance(result, _Fault) else result

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-from sklearn.datasets import load_digits
 
 from ..types import TaskInfo
 from ._data import check_choice, check_common, check_float, check_int, image_problem, stratified_take
@@ -57,6 +56,8 @@ class Digits(Task):
         base_dir: str | None = None,
     ) -> Problem:
         check_common(clients, root_size, root_bias)
+        from sklearn.datasets import load_digits  # imported when used: a second to import
+
         raw = load_digits()
         x = torch.as_tensor(raw.images / 16.0, dtype=torch.float32).unsqueeze(1)
         y = torch.as_tensor(raw.target, dtype=torch.long)

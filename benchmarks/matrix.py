@@ -1,0 +1,102 @@
+"""Wall time of a whole matrix from the command line, ``--workers N`` against ``--workers 1``.
+
+Each run is what a user types: ``python -m robustfl matrix SCENARIO --workers N --store
+<fresh> --json <file> --quiet`` in a fresh process (interpreter start, imports, the worker pool's
+start-up and the store's commits included). Runs alternate (1, N, N, 1, 1, N, ...) so a slow
+spell on the machine hits both; best-of and median ratios are reported. The cells of every run
+must be identical (everything but ``elapsed_s``), else the group fails.
+
+The machine's own ceiling is measured beside it: a fixed CPU-bound torch job (a loop of small
+matrix products, single-threaded, like a cell) run once alone and then as N copies at once;
+``ceiling = N * alone / together`` is the most N processes can gain on this machine (below N
+when the CPUs share caches, memory bandwidth or a hypervisor's time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_SPIN = """
+import time, torch
+torch.set_num_threads(1)
+a = torch.randn(64, 64, dtype=torch.float64)
+t = time.perf_counter()
+for _ in range({n}):
+    a = torch.tanh(a @ a / 64)
+print(time.perf_counter() - t)
+"""
+
+
+def _cells(path: Path) -> list[dict[str, Any]]:
+    cells = json.loads(path.read_text())["cells"]
+    for c in cells:
+        c.pop("elapsed_s", None)
+    return sorted(cells, key=lambda c: (c["attack"], c["defense"], c["seed"]))
+
+
+def _run(scenario: str, workers: int, tmp: Path, i: int) -> tuple[float, list[dict[str, Any]]]:
+    store, js = tmp / f"s{i}.db", tmp / f"m{i}.json"
+    cmd = [sys.executable, "-m", "robustfl", "matrix", scenario, "--workers", str(workers)]
+    cmd += ["--store", str(store), "--json", str(js), "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+    wall = time.perf_counter() - t
+    if proc.returncode not in (0, 1):  # 1: some cell failed, still a finished matrix
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    return wall, _cells(js)
+
+
+def ceiling(n: int, iterations: int = 20_000) -> dict[str, float]:
+    """N copies of a single-threaded CPU-bound torch loop at once against one alone."""
+    code = _SPIN.format(n=iterations)
+
+    def together(k: int) -> float:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(k)
+        ]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    alone = min(together(1) for _ in range(2))
+    both = min(together(n) for _ in range(2))
+    return {"alone_s": alone, "together_s": both, "ceiling": n * alone / both}
+
+
+def bench_matrix(scenario: str = "quick", workers: int = 2, repeats: int = 3) -> dict[str, Any]:
+    times: dict[int, list[float]] = {1: [], workers: []}
+    first: list[dict[str, Any]] | None = None
+    identical = True
+    order = [1, workers, workers, 1] * repeats
+    with tempfile.TemporaryDirectory(prefix="robustfl-bench-") as d:
+        for i, w in enumerate(order[: 2 * repeats]):
+            wall, cells = _run(scenario, w, Path(d), i)
+            times[w].append(wall)
+            first = cells if first is None else first
+            identical = identical and cells == first
+            print(f"  matrix {scenario} --workers {w}: {wall:.2f} s", file=sys.stderr, flush=True)
+    if not identical:
+        raise RuntimeError(f"--workers {workers} and --workers 1 gave different cells")
+    best = min(times[1]) / min(times[workers])
+    med = statistics.median(times[1]) / statistics.median(times[workers])
+    return {
+        "scenario": scenario,
+        "workers": workers,
+        "cells": len(first or []),
+        "wall_1_s": times[1],
+        f"wall_{workers}_s": times[workers],
+        "ratio_best": best,
+        "ratio_median": med,
+        "identical": identical,
+        "machine": ceiling(workers),
+    }
