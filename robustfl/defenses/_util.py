@@ -20,7 +20,7 @@ def check_updates(updates: Tensor, rule: str) -> None:
 
 
 _CHUNK = 1 << 16
-_BLOCK = 1 << 12
+_BLOCK = 1 << 14  # float32 blocks of 16,384: measured max relative error 6e-8 (4,096: 1e-8, 1.5x slower)
 
 
 def row_norms(updates: Tensor) -> Tensor:

@@ -97,6 +97,23 @@ def test_bucketing_matches_literal_with_the_same_permutation(k: int, size: int) 
     np.testing.assert_allclose(pull(w).numpy(), expected_w, rtol=1e-14)
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bucketing_keeps_a_non_finite_row_in_its_bucket(bad: float, dtype: torch.dtype) -> None:
+    """The GEMM path would spread 0 * inf = NaN to every bucket; the exact means keep it in one."""
+    k, size = 9, 2
+    u = rows(k, 5, 1).to(dtype)
+    u[4, 2] = bad
+    out, _, _ = Bucketing(size=size)(u, ctx(1, 3))
+    perm = torch.randperm(k, generator=torch.Generator().manual_seed(3)).tolist()
+    buckets = [perm[i : i + size] for i in range(0, k, size)]
+    with np.errstate(invalid="ignore"):
+        expected = np.stack([u.numpy()[b].mean(0) for b in buckets])
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6 if dtype == torch.float32 else 1e-14)
+    spoiled = [j for j, b in enumerate(buckets) if 4 in b]
+    assert (~torch.isfinite(out)).nonzero()[:, 0].unique().tolist() == spoiled
+
+
 @pytest.mark.parametrize(("k", "f"), [(9, 2), (6, 0), (5, 4), (12, 3)])
 def test_nnm_matches_literal(k: int, f: int) -> None:
     u = rows(k, 7, k * 10 + f)

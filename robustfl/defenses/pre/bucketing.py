@@ -3,11 +3,13 @@ Bucketing", ICLR 2022).
 
 A random permutation of the K rows (``torch.randperm(K, generator=ctx.generator)``; a fresh
 generator seeded 0 when the context has none) is cut into consecutive buckets of ``size`` s
-(default 2; the last bucket may be smaller) and each bucket is averaged. The rule then sees
-K' = ceil(K / s) rows with f' = min(f, K') -- each Byzantine row can spoil one bucket, so the
-Byzantine fraction grows up to s-fold. Linear: the next stage's weight on a bucket is shared
-equally by its rows (the pullback). The new context has ``client_ids = None`` (rows are buckets)
-and ``num_samples`` summed per bucket.
+(default 2; the last bucket may be smaller) and each bucket is averaged: one GEMM with the
+(K', K) averaging matrix, which reads U once (rows with non-finite entries take the exact
+per-bucket mean instead, so a NaN stays in its bucket). The rule then sees K' = ceil(K / s)
+rows with f' = min(f, K') -- each Byzantine row can spoil one bucket, so the Byzantine fraction
+grows up to s-fold. Linear: the next stage's weight on a bucket is shared equally by its rows
+(the pullback). The new context has ``client_ids = None`` (rows are buckets) and
+``num_samples`` summed per bucket.
 """
 
 from __future__ import annotations
@@ -47,15 +49,22 @@ class Bucketing(Pre):
         s = self.size
         g = generator_for(ctx)
         perm = torch.randperm(k, generator=g, device=g.device).to(updates.device)
-        q = k // s
-        parts = [updates[perm[: q * s]].view(q, s, p).mean(1)]
-        if q * s < k:
-            parts.append(updates[perm[q * s :]].mean(0, keepdim=True))
-        buckets = torch.cat(parts)
         kb, fb = self.transform_counts(k, f_hat(ctx))
         bucket_of = torch.empty(k, dtype=torch.long, device=updates.device)
         bucket_of[perm] = torch.arange(k, device=updates.device) // s
         sizes = torch.bincount(bucket_of, minlength=kb)
+        # one (K', K) averaging matrix: a single GEMM reads U once (a gather would copy it first)
+        avg = torch.zeros(kb, k, dtype=updates.dtype, device=updates.device)
+        avg[bucket_of, torch.arange(k, device=updates.device)] = 1.0 / sizes[bucket_of].to(updates.dtype)
+        buckets = avg @ updates
+        # 0 * inf = NaN would reach every bucket. One sum is the cheap test (an overflowing sum
+        # of finite entries only takes the exact path needlessly)
+        if not math.isfinite(float(buckets.sum())):
+            q = k // s
+            parts = [updates[perm[: q * s]].view(q, s, p).mean(1)]
+            if q * s < k:
+                parts.append(updates[perm[q * s :]].mean(0, keepdim=True))
+            buckets = torch.cat(parts)
         samples = ctx.num_samples
         if samples is not None:
             samples = torch.zeros(kb, dtype=samples.dtype, device=samples.device).index_add_(
