@@ -8,17 +8,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 __version__ = "0.1.0"
-
-# Large CPU tensors on transparent huge pages: torch's allocator madvises allocations of 2 MB and
-# more when this is set (Linux only; ignored elsewhere). Every round allocates (K, P) matrices;
-# first-touch page faults on 4 kB pages dominated writing one (a 200 MB copy: 83 ms -> 25 ms on
-# the CI machine). Results are unchanged. Set THP_MEM_ALLOC_ENABLE=0 to opt out; it only takes
-# effect if robustfl is imported before torch makes its first large allocation.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from . import attacks, defenses, tasks  # noqa: E402  (registries)
 from .errors import RobustFLError  # noqa: E402
