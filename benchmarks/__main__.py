@@ -121,7 +121,14 @@ def run_floors(args: argparse.Namespace) -> dict[str, Any]:
 def run_matrix_group(args: argparse.Namespace) -> dict[str, Any]:
     from .matrix import bench_matrix
 
-    out = bench_matrix("quick", workers=2, repeats=args.repeats or (1 if args.quick else 3))
+    small = ["--attacks", "none,sign_flip", "--defenses", "fedavg,median", "--seeds", "0"]
+    out = bench_matrix(
+        "quick",
+        workers=2,
+        repeats=args.repeats or (1 if args.quick else 3),
+        extra=small if args.quick else (),
+        spin_iterations=2_000 if args.quick else 20_000,
+    )
     out["target"] = MATRIX_TARGET
     out["verdict"] = verdict(out["ratio_best"], MATRIX_TARGET, higher_is_better=True)
     return out

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,11 @@ def _cells(path: Path) -> list[dict[str, Any]]:
     return sorted(cells, key=lambda c: (c["attack"], c["defense"], c["seed"]))
 
 
-def _run(scenario: str, workers: int, tmp: Path, i: int) -> tuple[float, list[dict[str, Any]]]:
+def _run(
+    scenario: str, workers: int, tmp: Path, i: int, extra: Sequence[str] = ()
+) -> tuple[float, list[dict[str, Any]]]:
     store, js = tmp / f"s{i}.db", tmp / f"m{i}.json"
-    cmd = [sys.executable, "-m", "robustfl", "matrix", scenario, "--workers", str(workers)]
+    cmd = [sys.executable, "-m", "robustfl", "matrix", scenario, "--workers", str(workers), *extra]
     cmd += ["--store", str(store), "--json", str(js), "--quiet"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t = time.perf_counter()
@@ -73,14 +76,22 @@ def ceiling(n: int, iterations: int = 20_000) -> dict[str, float]:
     return {"alone_s": alone, "together_s": both, "ceiling": n * alone / both}
 
 
-def bench_matrix(scenario: str = "quick", workers: int = 2, repeats: int = 3) -> dict[str, Any]:
+def bench_matrix(
+    scenario: str = "quick",
+    workers: int = 2,
+    repeats: int = 3,
+    extra: Sequence[str] = (),
+    spin_iterations: int = 20_000,
+) -> dict[str, Any]:
+    """``repeats`` runs each of ``--workers 1`` and ``--workers N`` (``extra``: more CLI arguments,
+    e.g. a subset of the matrix), then the machine's ceiling with a spin loop of that length."""
     times: dict[int, list[float]] = {1: [], workers: []}
     first: list[dict[str, Any]] | None = None
     identical = True
     order = [1, workers, workers, 1] * repeats
     with tempfile.TemporaryDirectory(prefix="robustfl-bench-") as d:
         for i, w in enumerate(order[: 2 * repeats]):
-            wall, cells = _run(scenario, w, Path(d), i)
+            wall, cells = _run(scenario, w, Path(d), i, extra)
             times[w].append(wall)
             first = cells if first is None else first
             identical = identical and cells == first
@@ -98,5 +109,6 @@ def bench_matrix(scenario: str = "quick", workers: int = 2, repeats: int = 3) ->
         "ratio_best": best,
         "ratio_median": med,
         "identical": identical,
-        "machine": ceiling(workers),
+        "extra": list(extra),
+        "machine": ceiling(workers, spin_iterations),
     }

@@ -244,13 +244,30 @@ def test_main_writes_json_and_table_and_skips_rules_without_byzfl(
             "speedup": loop / 0.05,
         }
 
+    def fake_matrix(scenario: str, workers: int, repeats: int, **_: object) -> dict:
+        asked.append((workers, repeats))
+        walls = {1: [30.0, 31.0, 32.0], 2: [20.0, 18.0, 19.0]}
+        return {
+            "scenario": scenario,
+            "workers": workers,
+            "cells": 70,
+            "wall_1_s": walls[1],
+            "wall_2_s": walls[2],
+            "ratio_best": 30.0 / 18.0,
+            "ratio_median": 31.0 / 19.0,
+            "identical": True,
+            "machine": {"alone_s": 1.0, "together_s": 1.05, "ceiling": 2 / 1.05},
+        }
+
     monkeypatch.setattr(bench_main, "bench_engine", fake_engine)
+    monkeypatch.setattr("benchmarks.matrix.bench_matrix", fake_matrix)
     monkeypatch.setattr(byzfl_env, "load", lambda install_missing=True: (None, "no network here"))
     out = tmp_path / "bench.json"
     argv = ["--clients", "9", "--params", "200", "--byzantine", "1", "--out", str(out), "--no-install"]
     assert bench_main.main(argv) == 0
     data = json.loads(out.read_text())
-    assert asked == [(100, 5), (1000, 3)]
+    assert asked == [(100, 5), (1000, 3), (2, 3)]
+    assert (data["matrix"]["target"], data["matrix"]["verdict"]) == (1.7, "~")  # 1.67x: within 10%
     (k100, k1000) = data["engine"]["cases"]
     assert (k100["target"], k100["verdict"]) == (10.0, "ok")  # 20x against >= 10x
     assert (k1000["target"], k1000["verdict"]) == (20.0, "ok")  # 300x against >= 20x
@@ -260,6 +277,8 @@ def test_main_writes_json_and_table_and_skips_rules_without_byzfl(
     text = capsys.readouterr().out
     assert "rules: skipped: no network here" in text
     assert "engine round K=1000" in text and "peak RSS" in text
+    assert "ratio best 1.67x (median 1.63x)" in text
+    assert "ceiling for 2 single-threaded processes: 1.90x" in text
 
 
 def test_engine_verdicts_against_targets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -312,3 +331,16 @@ def test_import_byzfl_stubs_what_is_missing_and_cleans_up(
 def test_load_without_install_reports_why(tmp_path: Path) -> None:
     mod, reason = byzfl_env.load(target=tmp_path / "missing", install_missing=False)
     assert mod is None and reason is not None and "not installed" in reason
+
+
+def test_matrix_group_runs_the_cli_and_compares_cells(tmp_path: Path) -> None:
+    """The real group on a 2-cell subset: both worker counts give the same cells, the ratio is the
+    ratio of the measured walls, and the ceiling is a finite positive number."""
+    from benchmarks.matrix import bench_matrix
+
+    extra = ["--attacks", "none", "--defenses", "fedavg,median", "--seeds", "0"]
+    extra += ["--set", "federation.rounds=3"]
+    r = bench_matrix("quick", workers=2, repeats=1, extra=extra, spin_iterations=500)
+    assert r["identical"] and r["cells"] == 2
+    assert r["ratio_best"] == pytest.approx(r["wall_1_s"][0] / r["wall_2_s"][0])
+    assert 0 < r["machine"]["ceiling"] < 3
