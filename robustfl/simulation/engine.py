@@ -86,8 +86,10 @@ def local_train(
     for s in range(steps):
         b = s % batches_per_epoch  # (S,) which batch of its epoch each client is on
         keys = torch.rand(s_count, n_max, generator=generator, dtype=torch.float64).to(mask.device)
-        keys = torch.where(mask, keys, torch.full_like(keys, 2.0))  # padding sorts last
-        perm = torch.where((b == 0)[:, None], torch.argsort(keys, dim=1), perm)
+        starts = b == 0  # clients starting an epoch draw a new permutation (keys drawn regardless)
+        if bool(starts.any()):
+            keys = torch.where(mask, keys, torch.full_like(keys, 2.0))  # padding sorts last
+            perm = torch.where(starts[:, None], torch.argsort(keys, dim=1), perm)
         pos = b[:, None] * bsz + offsets  # (S, B)
         bmask = pos < counts[:, None]
         idx = perm.gather(1, pos.clamp(max=n_max - 1))
