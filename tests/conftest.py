@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
+
+# CI runs the property tests derandomized (the same examples every run, so a landing never
+# fails on a new random draw); local runs explore new examples each time and find new bugs.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("ROBUSTFL_HYPOTHESIS_PROFILE", "default"))
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"

@@ -63,6 +63,14 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
             "attack 'optimal' needs oracle knowledge",
         ),
         (["run", "quick", "--attack", "label_flip", "--set", 'task.name="ridge"'], "label_flip"),
+        (  # found by the fuzz test: torch cannot count past 2**63 - 1
+            ["matrix", "quick", "--set", 'task.name="ridge"', "--set", "task.dim=9223372036854775807"],
+            "too large for this machine",
+        ),
+        (
+            ["run", "quick", "--set", 'task.name="ridge"', "--set", "server.root_size=9223372036854775807"],
+            "too large for this machine",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(

@@ -191,21 +191,14 @@ def _write_json(path: str, obj: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..simulation.matrix import Job, _failed
-    from ..simulation.runner import Simulation, clean_reference
+    from ..simulation.matrix import Job, _failed, set_up
+    from ..simulation.runner import clean_reference
     from . import render
 
     sc = _load(args)
     attack: Any = args.attack if args.attack else _section(sc, "attack")
     defense: Any = args.defense if args.defense else _section(sc, "defense")
-    sim = Simulation(
-        sc,
-        attack,
-        defense,
-        args.seed,
-        allow_outside_guarantee=args.allow_outside_guarantee,
-        device=args.device,
-    )
+    sim = set_up(sc, attack, defense, args.seed, args.allow_outside_guarantee, device=args.device)
     try:
         ref = None
         if sim.problem.optimum is None:

@@ -113,7 +113,7 @@ def plan(
             for d in defenses:
                 sig = (repr(a), repr(d))
                 if sig not in checked:
-                    checked[sig] = _set_up(sc, a, d, seeds[0], allow_outside_guarantee).outside
+                    checked[sig] = set_up(sc, a, d, seeds[0], allow_outside_guarantee).outside
                 for s in seeds:
                     jobs.append(Job(cell_key(sc, a, d, s), sc, a, d, s, dict(point), checked[sig]))
     labels = [(j.label) for j in jobs]
@@ -123,14 +123,23 @@ def plan(
     return jobs
 
 
-_TOO_LARGE = ("can't allocate memory", "not enough memory", "out of memory", "Overflow when unpacking")
+_TOO_LARGE = (
+    "can't allocate memory",
+    "not enough memory",
+    "out of memory",
+    "Overflow when unpacking",
+    "size calculation overflowed",  # torch: a tensor of more than 2**63 - 1 bytes
+    "cannot be represented as a SymInt",  # torch: a size past 2**63 - 1 (e.g. arange(dim))
+)
 
 
-def _set_up(sc: Scenario, attack: C.Spec, defense: C.Spec, seed: int, allow_outside: bool) -> Simulation:
+def set_up(
+    sc: Scenario, attack: C.Spec, defense: C.Spec, seed: int, allow_outside: bool, device: str = "cpu"
+) -> Simulation:
     """One cell's validated setup. A scenario whose data cannot be built at all (a size past what
     this machine can allocate, or past a 64-bit count) is bad input: a one-line ConfigError."""
     try:
-        return Simulation(sc, attack, defense, seed, allow_outside_guarantee=allow_outside)
+        return Simulation(sc, attack, defense, seed, allow_outside_guarantee=allow_outside, device=device)
     except (MemoryError, OverflowError, RuntimeError, TypeError) as exc:
         text = str(exc).strip()
         if isinstance(exc, RuntimeError | TypeError) and not any(m in text for m in _TOO_LARGE):
