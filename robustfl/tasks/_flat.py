@@ -29,12 +29,14 @@ class FlatModel:
         self.names: list[str] = []
         self.shapes: list[torch.Size] = []
         self.offsets: list[int] = []
+        self.sizes: list[int] = []
         offset = 0
         for name, p in module.named_parameters():
             self.names.append(name)
             self.shapes.append(p.shape)
             self.offsets.append(offset)
-            offset += math.prod(p.shape)
+            self.sizes.append(math.prod(p.shape))
+            offset += self.sizes[-1]
         self.numel = offset
 
     def unflatten(self, w: Tensor) -> dict[str, Tensor]:
@@ -44,7 +46,7 @@ class FlatModel:
         into a zero (P,) tensor and the slices' gradients are then added (per parameter, per
         client, per step); split's backward is one concatenation. Same values, bit for bit.
         """
-        parts = torch.split(w, [math.prod(shape) for shape in self.shapes])
+        parts = torch.split(w, self.sizes)
         return {
             name: part.reshape(shape)
             for name, shape, part in zip(self.names, self.shapes, parts, strict=True)
