@@ -298,10 +298,17 @@ def _rule_notes(res: dict[str, Any]) -> list[str]:
                 f"ByzFL {a[2]['rel_err']:.1e}; "
                 f"robustfl vs ByzFL {a[0]['rel_err']:.1e} (ByzFL starts at 0, robustfl at the mean)"
             )
-        if "ratio_with_copy" in r:
+        if "ratio_fresh" in r:
             notes.append(
-                f"{r['name']}: ByzFL clips in place (ratio above: copy untimed); charged for the copy that "
-                f"keeps the input, as robustfl does: ByzFL {_ms(r['byzfl_with_copy_s'])}, "
+                f"{r['name']}: ratio above at equal settings, both in place on a fresh copy (untimed); "
+                f"robustfl's default call writes a new matrix: {_ms(r['robustfl_fresh_s'])}, ratio "
+                f"{_x(r['ratio_fresh'])} against ByzFL in place, {_x(r['ratio_with_copy'])} with ByzFL "
+                f"charged the copy that keeps its input ({_ms(r['byzfl_with_copy_s'])})"
+            )
+        elif "ratio_with_copy" in r:
+            notes.append(
+                f"{r['name']}: ByzFL mutates its input (ratio above: copy untimed); charged for the copy "
+                f"that keeps the input, as robustfl does: ByzFL {_ms(r['byzfl_with_copy_s'])}, "
                 f"ratio {_x(r['ratio_with_copy'])}"
             )
         if r.get("reduced_from_p"):

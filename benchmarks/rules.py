@@ -18,10 +18,12 @@ output|, plus the relative error ||a - b|| / ||b||). Conventions that change the
   geometric median (robustfl, max_iter 1000).
 * Centered clipping: the same fixed tau (the median row norm) for both, one iteration from 0
   (robustfl's state is reset and a fresh ByzFL object built for every call).
-* Clipping / ARC: ByzFL clips its input in place; it gets a fresh copy for every call, made
-  outside the timed region (the ratio). robustfl never mutates its input, so it must write a new
-  (K, P) matrix; ``ratio_with_copy`` also charges ByzFL the copy that keeps the caller's input
-  intact (the same contract), timed as one call.
+* Clipping / ARC: ByzFL clips its input in place. At equal settings (the ratio) both work in
+  place on a fresh copy made outside the timed region: ByzFL's call against robustfl's
+  ``apply_`` (the in-place form that ``compose`` uses on its own intermediates). robustfl's
+  default call never mutates its input and writes a new (K, P) matrix: ``ratio_fresh`` compares
+  it with ByzFL in place, ``ratio_with_copy`` with ByzFL charged the copy that keeps the
+  caller's input intact (the same no-mutation contract), timed as one call.
 * Bucketing: both draw one random permutation with ``torch.randperm(K)``; the check seeds
   ByzFL's global generator and robustfl's context generator alike, so the buckets match.
 * NNM: ByzFL gathers a (K, K - f, P) tensor (``vectors[indices]``: 8 GB at the default size);
@@ -176,6 +178,7 @@ class Case:
     ours: Callable[[Tensor], Tensor]
     theirs: Callable[[Tensor], Tensor]
     theirs_mutates: bool = False
+    ours_inplace: Callable[[Tensor], Tensor] | None = None  # ours, mutating like theirs (equal settings)
     checks: Callable[[Tensor], list[tuple[str, Tensor, Tensor]]] | None = None
     extra: Callable[[Tensor], dict[str, Any]] | None = None
     same_check: int | None = 0  # which check decides "same" (None: not comparable, see the checks)
@@ -200,6 +203,15 @@ def _pre_rows(pre: Any, f: int) -> Callable[[Tensor], Tensor]:
 
     def run(u: Tensor) -> Tensor:
         return pre(u, ctx)[0]
+
+    return run
+
+
+def _pre_rows_inplace(pre: Any, f: int) -> Callable[[Tensor], Tensor]:
+    ctx = _ctx(f)
+
+    def run(u: Tensor) -> Tensor:
+        return pre.apply_(u, ctx)[0]
 
     return run
 
@@ -313,7 +325,8 @@ def build_case(name: str, byz: Any, u: Tensor, f: int) -> Case:
             _pre_rows(pre_registry.create("clipping", tau=tau), f),
             byz.Clipping(c=tau),
             theirs_mutates=True,
-            note="ByzFL clips in place: fed a fresh copy (untimed)",
+            ours_inplace=_pre_rows_inplace(pre_registry.create("clipping", tau=tau), f),
+            note="both clip a fresh copy in place (untimed copy); robustfl via apply_",
         )
     if name == "arc":
         return Case(
@@ -323,7 +336,8 @@ def build_case(name: str, byz: Any, u: Tensor, f: int) -> Case:
             _pre_rows(pre_registry.create("arc"), f),
             byz.ARC(f=f),
             theirs_mutates=True,
-            note="ByzFL clips in place: fed a fresh copy (untimed)",
+            ours_inplace=_pre_rows_inplace(pre_registry.create("arc"), f),
+            note="both clip a fresh copy in place (untimed copy); robustfl via apply_",
         )
     if name == "bucketing":
         pre = pre_registry.create("bucketing", size=2)
@@ -413,22 +427,29 @@ def run_case(case: Case, u: Tensor, repeats: int, budget_s: float) -> dict[str, 
     fns: dict[str, Callable[..., Any]] = {"robustfl": case.ours, "byzfl": case.theirs}
     if case.theirs_mutates:  # also charge ByzFL the copy that keeps the caller's input intact
         fns["byzfl_with_copy"] = lambda: case.theirs(u.clone())
+    if case.ours_inplace is not None:  # equal settings: ours in place on a fresh copy too
+        fns["robustfl_inplace"] = case.ours_inplace
+        setup["robustfl_inplace"] = lambda: (u.clone(),)
     best, ran = alternate(fns, repeats, setup, budget_s, collect=u.numel() >= BIG)
     checks = (
         case.checks(u)
         if case.checks is not None
         else [("same inputs", case.ours(u), case.theirs(u.clone() if case.theirs_mutates else u))]
     )
+    if case.ours_inplace is not None:
+        theirs_out = case.theirs(u.clone())
+        checks = [*checks, ("in place (apply_)", case.ours_inplace(u.clone()), theirs_out)]
     agree = [{"check": label, **agreement(a, b)} for label, a, b in checks]
     target = SPEED_TARGETS.get(case.name, 1.0)
-    ratio = best["byzfl"] / best["robustfl"]
+    ours_s = best["robustfl_inplace"] if case.ours_inplace is not None else best["robustfl"]
+    ratio = best["byzfl"] / ours_s
     rec: dict[str, Any] = {
         "name": case.name,
         "byzfl": case.byzfl_call,
         "robustfl": case.robustfl_call,
         "k": k,
         "p": p,
-        "robustfl_s": best["robustfl"],
+        "robustfl_s": ours_s,
         "byzfl_s": best["byzfl"],
         "ratio": ratio,
         "target": target,
@@ -438,6 +459,9 @@ def run_case(case: Case, u: Tensor, repeats: int, budget_s: float) -> dict[str, 
         "agreement": agree,
         "note": case.note,
     }
+    if case.ours_inplace is not None:
+        rec["robustfl_fresh_s"] = best["robustfl"]
+        rec["ratio_fresh"] = best["byzfl"] / best["robustfl"]
     if case.theirs_mutates:
         rec["byzfl_with_copy_s"] = best["byzfl_with_copy"]
         rec["ratio_with_copy"] = best["byzfl_with_copy"] / best["robustfl"]

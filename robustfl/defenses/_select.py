@@ -14,6 +14,8 @@ over coordinates, never a (K, K, P) temporary, cached across Bulyan's picks) and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -26,6 +28,7 @@ from ..types import DefenseContext
 from ._util import row_norms, sq_distances
 
 _CHUNK = 1 << 16
+_SPLIT = 1 << 20  # arrays with at least this many entries are split over torch's threads by column
 
 
 @dataclass
@@ -181,17 +184,38 @@ def f_hat(ctx: DefenseContext) -> int:
     return max(0, int(ctx.assumed_byzantine))
 
 
+def by_columns(fn: Callable[[np.ndarray], np.ndarray], a: np.ndarray) -> np.ndarray:
+    """``fn`` applied to column blocks of the (K, P) array ``a``, one block per torch thread.
+
+    ``fn`` maps a (K, n) block to the (n,) result of its columns, computed per column, so the
+    result is bit-identical for any thread count. numpy's partition releases the GIL: on 2 cores
+    a (50, 1e6) float32 selection takes half the time (~0.68 s vs ~1.33 s measured here). Below
+    ``_SPLIT`` entries, or with one thread, ``fn`` runs on ``a`` as it is.
+    """
+    threads = min(torch.get_num_threads(), a.shape[1] // 4096) if a.ndim == 2 else 1
+    if threads <= 1 or a.size < _SPLIT:
+        return fn(a)
+    edges = [a.shape[1] * i // threads for i in range(threads + 1)]
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(lambda i: fn(a[:, edges[i] : edges[i + 1]]), range(threads)))
+    return np.concatenate(parts)
+
+
 def mean_of_order_stats(updates: Tensor, lo: int, hi: int) -> Tensor:
     """Per coordinate, the mean of the order statistics lo..hi (0-based, inclusive) over the rows.
 
     NaN sorts above +inf (numpy and torch agree), so a NaN entry acts as the largest value. On CPU
     (float32/float64) this uses ``numpy.partition`` (one partial selection pass; measured faster
-    than ``torch.sort`` for (50, 1e6) float32: ~0.95 s vs ~1.3 s on 2 cores); elsewhere
-    ``torch.sort`` along dim 0.
+    than ``torch.sort`` for (50, 1e6) float32: ~0.95 s vs ~1.3 s on 2 cores), split over torch's
+    threads by column (:func:`by_columns`); elsewhere ``torch.sort`` along dim 0.
     """
     if updates.device.type == "cpu" and updates.dtype in (torch.float32, torch.float64):
-        part = np.partition(updates.detach().numpy(), sorted({lo, hi}), axis=0)
-        return torch.from_numpy(part[lo : hi + 1].mean(axis=0))
+        kth = sorted({lo, hi})
+
+        def block(a: np.ndarray) -> np.ndarray:
+            return np.asarray(np.partition(a, kth, axis=0)[lo : hi + 1].mean(axis=0), dtype=a.dtype)
+
+        return torch.from_numpy(by_columns(block, updates.detach().numpy()))
     return torch.sort(updates, dim=0).values[lo : hi + 1].mean(0)
 
 
@@ -245,11 +269,12 @@ def sq_dist_to(rows: Tensor, z: Tensor) -> Tensor:
 def kth_smallest(x: Tensor, k: int) -> Tensor:
     """Per column, the k-th smallest value (0-based) along dim 0; NaN counts as the largest.
 
-    ``numpy.partition`` on CPU (float32/float64: ~10x faster than a torch sort there), else
-    ``torch.kthvalue``.
+    ``numpy.partition`` on CPU (float32/float64: ~10x faster than a torch sort there), split over
+    torch's threads by column (:func:`by_columns`), else ``torch.kthvalue``.
     """
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        return torch.from_numpy(np.partition(x.detach().numpy(), k, axis=0)[k].copy())
+        kth = by_columns(lambda a: np.partition(a, k, axis=0)[k].copy(), x.detach().numpy())
+        return torch.from_numpy(kth)
     return torch.kthvalue(x, k + 1, dim=0).values
 
 

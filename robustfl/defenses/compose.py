@@ -7,7 +7,9 @@ stages to the original rows (None as soon as one stage is not linear). Its ``lab
 ``min_clients(f)`` are the final rule's on the transformed counts (K', f') -- e.g. bucketing of
 size s gives K' = ceil(K/s), f' = min(f, K'); ``min_clients(f)`` is the smallest K admitted
 (searched assuming admission is monotone in K, as for every built-in). ``properties`` are the
-rule's that every pre-aggregator preserves; ``reset()`` resets every part.
+rule's that every pre-aggregator preserves; ``reset()`` resets every part. A stage with an
+in-place ``apply_`` runs it on rows that came fresh from the stage before (see
+``robustfl.defenses.pre``), saving a (K, P) allocation; the caller's updates are never modified.
 
 ``build_defense(spec)`` takes a scenario's defense entry -- a name, or a table
 ``{"name": ..., "pre": [name or {"name": ..., params}], "label": ..., other params}`` -- and
@@ -90,15 +92,24 @@ class Composed:
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.label)
+        caller = _storage(updates)
         pullbacks = []
+        prev: Any = None
         for p in self.pre:
-            updates, ctx, pull = p(updates, ctx)
+            private = getattr(prev, "fresh_output", False) is True and _storage(updates) != caller
+            step = p.apply_ if private and hasattr(p, "apply_") else p
+            updates, ctx, pull = step(updates, ctx)
             pullbacks.append(pull)
+            prev = p
         agg = self.rule(updates, ctx)
         weights = agg.weights
         for pull in reversed(pullbacks):
             weights = None if weights is None or pull is None else pull(weights)
         return Aggregate(agg.vector, weights, dict(agg.stats))
+
+
+def _storage(t: Tensor) -> int:
+    return int(t.untyped_storage().data_ptr())
 
 
 def compose(*pre: Any, then: Defense, label: str | None = None) -> Composed:

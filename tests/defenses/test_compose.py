@@ -228,3 +228,82 @@ def test_build_defense_specs() -> None:
         build_defense({"name": "multi_krum", "selectd": 2})
     with pytest.raises(ParameterError, match="tau"):
         build_defense({"name": "krum", "pre": ["clipping"]})  # clipping's tau has no default
+
+
+# --- in-place stages ------------------------------------------------------------------------
+def _with_bad_rows(u: torch.Tensor) -> torch.Tensor:
+    u = u.clone()
+    u[1, 0] = float("nan")
+    u[4, 2] = float("inf")
+    return u
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("pre", ["clipping", "arc"])
+def test_apply_inplace_equals_the_fresh_map_bit_for_bit(pre: str, dtype: torch.dtype) -> None:
+    u = _with_bad_rows(rows(12, 33, 3, 1e3).to(dtype)) * torch.linspace(0.2, 4.0, 12, dtype=dtype)[:, None]
+    tau = float(torch.linalg.vector_norm(u[torch.isfinite(u).all(1)], dim=1).median())
+    stage = Clipping(tau=tau) if pre == "clipping" else ARC()
+    fresh, _, _ = stage(u, ctx(3))
+    work = u.clone()
+    out, _, _ = stage.apply_(work, ctx(3))
+    assert out.data_ptr() == work.data_ptr()  # written where it was
+    assert torch.equal(out.nan_to_num(7.0), fresh.nan_to_num(7.0))
+    assert not torch.equal(u.nan_to_num(7.0), fresh.nan_to_num(7.0))  # something was clipped
+
+
+def test_apply_inplace_all_rows_over_tau() -> None:
+    u = rows(6, 5, 1, 10.0)
+    out, _, _ = Clipping(tau=1e-3).apply_(u.clone(), ctx(1))
+    np.testing.assert_allclose(torch.linalg.vector_norm(out, dim=1).numpy(), 1e-3, rtol=1e-12)
+
+
+class _Holds:
+    """A pre-aggregator that returns fresh rows but keeps them (no fresh_output promise)."""
+
+    name = "holds"
+
+    def __init__(self) -> None:
+        self.kept: torch.Tensor | None = None
+
+    def transform_counts(self, k: int, f: int) -> tuple[int, int]:
+        return k, f
+
+    def __call__(self, u: torch.Tensor, c: DefenseContext):  # noqa: ANN204
+        self.kept = u * 2.0
+        return self.kept, c, lambda w: w
+
+
+@pytest.mark.parametrize("first", ["nnm", "bucketing", "holds", "arc-noop"])
+def test_composition_never_writes_to_rows_it_does_not_own(first: str) -> None:
+    u = rows(10, 7, 5, 3.0)
+    before = u.clone()
+    head = {"nnm": NNM(), "bucketing": Bucketing(size=2), "holds": _Holds(), "arc-noop": ARC()}[first]
+    tau = float(torch.linalg.vector_norm(u, dim=1).min()) / 2  # every row is clipped
+    spy_in, spy_ref = Spy(), Spy()
+    f = 0 if first == "arc-noop" else 2  # ARC with f = 0 returns the caller's rows themselves
+    got = compose(head, Clipping(tau=tau), then=spy_in)(u, ctx(f, seed=4))
+    head_out, c2, _ = head(u.clone(), ctx(f, seed=4))
+    want = compose(Clipping(tau=tau), then=spy_ref)(head_out.clone(), c2)
+    assert torch.equal(u, before)  # the caller's rows untouched
+    assert torch.equal(got.vector, want.vector)
+    if isinstance(head, _Holds):
+        assert torch.equal(head.kept, u * 2.0)  # a stage without the promise keeps its rows intact
+
+
+@pytest.mark.parametrize(
+    ("first", "in_place"), [("nnm", True), ("bucketing", True), ("holds", False), ("arc-noop", False)]
+)
+def test_composition_runs_in_place_exactly_on_private_rows(
+    first: str, in_place: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    orig_call, orig_apply = Clipping.__call__, Clipping.apply_
+    def spy(tag: str, fn):  # noqa: ANN001, ANN202
+        return lambda s, u, c: (calls.append(tag), fn(s, u, c))[1]
+
+    monkeypatch.setattr(Clipping, "__call__", spy("fresh", orig_call))
+    monkeypatch.setattr(Clipping, "apply_", spy("in_place", orig_apply))
+    head = {"nnm": NNM(), "bucketing": Bucketing(size=2), "holds": _Holds(), "arc-noop": ARC()}[first]
+    compose(head, Clipping(tau=0.1), then=Spy())(rows(10, 7, 5), ctx(0 if first == "arc-noop" else 2))
+    assert calls == ["in_place" if in_place else "fresh"]

@@ -235,3 +235,26 @@ def test_stats_values() -> None:
     kr = D.create("krum")(u, ctx(2))
     scores = sorted(ref.krum_scores(list(u.numpy()), 2))
     assert kr.stats["score_gap"] == pytest.approx((scores[1] - scores[0]) / scores[1], rel=1e-9)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_coordinate_rules_split_over_threads_bit_for_bit(
+    threads: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Median / trimmed mean / Bulyan's selections split the columns over torch's threads above
+    a size: the same bits as numpy on the whole array, whatever the thread count."""
+    from robustfl.defenses import _select
+
+    monkeypatch.setattr(_select.torch, "get_num_threads", lambda: threads)
+    g = torch.Generator().manual_seed(7)
+    u = (torch.randn(21, 60_001, generator=g, dtype=torch.float64) * 1e3).to(dtype)
+    u[2, 5], u[4, 60_000], u[0, 30_000] = float("nan"), float("inf"), -float("inf")
+    assert u.numel() >= _select._SPLIT
+    a = u.numpy()
+    want_mean = np.partition(a, (5, 15), axis=0)[5:16].mean(axis=0)
+    want_kth = np.partition(a, 10, axis=0)[10]
+    assert np.array_equal(_select.mean_of_order_stats(u, 5, 15).numpy(), want_mean, equal_nan=True)
+    assert np.array_equal(_select.kth_smallest(u, 10).numpy(), want_kth, equal_nan=True)
+    med = D.create("median")(u, DefenseContext(assumed_byzantine=2)).vector.numpy()
+    assert np.array_equal(med, np.partition(a, 10, axis=0)[10], equal_nan=True)

@@ -8,6 +8,12 @@ how the row count and f-hat change without running it (used by ``admits``/``min_
 composition). ``preserves`` names the rule properties (see ``robustfl.testing.defenses``) that
 survive the map; ``reset()`` forgets any state.
 
+Optional: ``apply_(updates, ctx)``, the same map done in place on ``updates``; and
+``fresh_output = True``, a promise that the rows returned are either the input itself or a new
+tensor the pre-aggregator keeps no reference to. ``compose`` calls a stage's ``apply_`` only when
+its input came fresh from the stage before it (that stage promises ``fresh_output`` and the rows
+share no memory with the caller's updates): the caller's updates are never modified.
+
 Built-ins: ``clipping`` (static norm clip), ``arc`` (adaptive robust clipping), ``bucketing``
 (random buckets averaged), ``nnm`` (nearest-neighbour mixing). Plugins register under the
 entry-point group ``robustfl.pre_aggregators``.

@@ -5,6 +5,9 @@ norm of the (k+1)-th largest; the others are untouched (k = 0: nothing changes).
 scales with the rows, so ARC keeps a rule's scale equivariance. Rows keep their client: the next
 stage's weights carry over unchanged (shares of the clipped rows). Rows with non-finite entries
 count as the largest and are left untouched. K and f-hat are unchanged.
+
+``apply_`` is the same map done in place (only the k clipped rows are written); ``compose`` uses
+it on a private intermediate, never on the caller's updates.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ...types import DefenseContext
 from .._select import f_hat
 from .._util import check_updates, row_norms
 from . import Pre, Pullback, identity
-from .clipping import clip_rows
+from .clipping import clip_rows, clip_rows_
 
 
 def arc_count(k: int, f: int) -> int:
@@ -30,9 +33,19 @@ def arc_count(k: int, f: int) -> int:
 @dataclass
 class ARC(Pre):
     name: ClassVar[str] = "arc"
+    fresh_output: ClassVar[bool] = True
     preserves: ClassVar[frozenset[str]] = frozenset({"permutation_invariant", "scale_equivariant"})
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, Pullback]:
+        return self._run(updates, ctx, inplace=False)
+
+    def apply_(self, updates: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, Pullback]:
+        """The same map, rescaling ``updates`` in place (for rows nobody else holds)."""
+        return self._run(updates, ctx, inplace=True)
+
+    def _run(
+        self, updates: Tensor, ctx: DefenseContext, inplace: bool
+    ) -> tuple[Tensor, DefenseContext, Pullback]:
         check_updates(updates, self.name)
         k = updates.shape[0]
         n = arc_count(k, f_hat(ctx))
@@ -40,4 +53,4 @@ class ARC(Pre):
             return updates, ctx, identity
         norms = row_norms(updates)
         ranked = torch.sort(torch.nan_to_num(norms, nan=float("inf")), descending=True).values
-        return clip_rows(updates, norms, ranked[n]), ctx, identity
+        return (clip_rows_ if inplace else clip_rows)(updates, norms, ranked[n]), ctx, identity

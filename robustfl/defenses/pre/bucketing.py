@@ -32,6 +32,7 @@ from . import Pre, Pullback
 class Bucketing(Pre):
     size: int = 2
     name: ClassVar[str] = "bucketing"
+    fresh_output: ClassVar[bool] = True
     preserves: ClassVar[frozenset[str]] = frozenset(
         {"translation_equivariant", "scale_equivariant", "convex_combination", "coordinate_bounded"}
     )

@@ -34,6 +34,7 @@ def mixing_matrix(dist: Distances, m: int) -> Tensor:
 @dataclass
 class NNM(Pre):
     name: ClassVar[str] = "nnm"
+    fresh_output: ClassVar[bool] = True
     preserves: ClassVar[frozenset[str]] = frozenset(
         {
             "permutation_invariant",
