@@ -44,8 +44,8 @@ def aggregation_error(vector: Tensor, updates: Tensor, honest: Tensor) -> float 
     for lo in range(0, updates.shape[1], _CHUNK):
         h = updates[:, lo : lo + _CHUNK].index_select(0, h_idx).double()
         mu = h.mean(0)
-        spread += float(((h - mu) ** 2).sum()) / n
-        num += float(((vector[lo : lo + _CHUNK].double() - mu) ** 2).sum())
+        spread += float(torch.linalg.vector_norm(h.sub_(mu)).square()) / n  # h is our copy
+        num += float(torch.linalg.vector_norm(vector[lo : lo + _CHUNK].double() - mu).square())
     if not spread > 0 or not math.isfinite(spread) or not math.isfinite(num):
         return None
     return math.sqrt(num) / math.sqrt(spread)
