@@ -35,13 +35,14 @@ import numpy as np
 import torch
 
 from . import byzfl_env
-from .engine import bench_engine
+from .engine import bench_engine, bench_one_step
 from .floors import bench_floors
 from .rules import bench_rules, progress, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("engine", "rules", "floors", "matrix")
 ENGINE_TARGETS = {100: 10.0, 1000: 20.0}
+ONE_STEP_TARGET = 2.0  # the reproduction's CNN round <= 2x one plain batched forward + backward (issue 11)
 MATRIX_TARGET = 1.7  # --workers 2 vs --workers 1 on the default matrix (issue 6)
 
 
@@ -91,7 +92,15 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         r.update(repeats=repeats, target=target, verdict=verdict(r["speedup"], target, higher_is_better=True))
         rows.append(r)
         progress(f"engine K={k}: engine {r['engine_s']:.3g} s, loop {r['loop_s']:.3g} s")
-    return {"samples": 50, "batch_size": 10, "cases": rows}
+    one = []
+    for model in ("cnn",) if args.quick else ("cnn", "fltrust_cnn"):
+        k = 10 if args.quick else 100
+        r = bench_one_step(clients=k, model=model, repeats=args.repeats or (2 if args.quick else 5))
+        target = ONE_STEP_TARGET if model == "cnn" else None
+        r.update(target=target, verdict=verdict(r["ratio_floor"], target, higher_is_better=False))
+        one.append(r)
+        progress(f"{r['name']}: engine {r['engine_s']:.3g} s, floor {r['floor_s']:.3g} s")
+    return {"samples": 50, "batch_size": 10, "cases": rows, "one_step": one}
 
 
 def run_rules(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,6 +206,32 @@ def table(results: dict[str, Any]) -> str:
                 ],
             ),
         ]
+        if res.get("one_step"):
+            lines += [
+                "",
+                "engine: one local step from the shared model (K clients x batch 32, MNIST CNN, 1 thread);",
+                "  ratio = engine / floor (one plain batched forward + backward, no per-client gradients);",
+                "  speed-up = previous release's path (parameters batched through vmap) / engine",
+                *_grid(
+                    ["case", "params", "engine", "floor", "ratio", "target", "", "previous", "speed-up",
+                     "max rel diff"],
+                    [
+                        [
+                            r["name"],
+                            f"{r['params']:,}",
+                            _ms(r["engine_s"]),
+                            _ms(r["floor_s"]),
+                            _x(r["ratio_floor"]),
+                            f"<= {r['target']:g}x" if r["target"] else "-",
+                            r["verdict"],
+                            _ms(r["previous_s"]),
+                            _x(r["speedup_previous"]),
+                            f"{r['max_rel_diff']:.1e}",
+                        ]
+                        for r in res["one_step"]
+                    ],
+                ),
+            ]
     if "rules" in results:
         res = results["rules"]
         lines.append("")

@@ -17,7 +17,7 @@ import torch.nn.functional as tf
 from torch import nn
 
 from robustfl.simulation.engine import local_train
-from robustfl.tasks._flat import FlatModel, classifier_loss, meta_module, mlp
+from robustfl.tasks._flat import FlatModel, classifier_loss, fltrust_cnn, meta_module, mlp, small_cnn
 
 
 def _loop_round(
@@ -79,6 +79,69 @@ def bench_engine(
         "engine_s": t_engine,
         "loop_s": t_loop,
         "speedup": t_loop / t_engine,
+    }
+
+
+def bench_one_step(
+    clients: int = 100, samples: int = 80, bsz: int = 32, model: str = "cnn", repeats: int = 5
+) -> dict[str, Any]:
+    """The reproduction's round (issue 11): K clients, one local step on a minibatch of ``bsz``
+    from the shared global model, MNIST-shaped CNN, one torch thread (as a matrix cell runs).
+
+    Three timings, alternating, best of ``repeats``:
+    * ``engine``: :func:`local_train` with ``point=w`` (gradients at the shared point);
+    * ``previous``: the previous release's path, the same call without ``point`` (every client's
+      parameters batched through ``vmap(grad)``), outputs compared;
+    * ``floor``: one ordinary forward + backward of a single ``nn.Module`` over all K x bsz
+      samples at once (one gradient, no per-client gradients): nothing per-client can be cheaper.
+    """
+    build = small_cnn if model == "cnn" else fltrust_cnn
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(clients, samples, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (clients, samples), generator=g)
+    mask = torch.ones(clients, samples, dtype=torch.bool)
+    flat = FlatModel(meta_module(lambda: build(28, 10)))
+    loss = classifier_loss(flat, 0.0)
+    module = build(28, 10)
+    w = torch.randn(flat.numel, generator=g) * 0.1
+    xf = x[:, :bsz].reshape(clients * bsz, 1, 28, 28)
+    yf = y[:, :bsz].reshape(-1)
+
+    def run(point: torch.Tensor | None) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(1)  # the same minibatches for both paths
+        return local_train(
+            loss, w.expand(clients, -1), (x, y), mask, steps=1, lr=0.1, batch_size=bsz, generator=gen,
+            point=point,
+        )
+
+    def floor() -> None:
+        module.zero_grad(set_to_none=True)
+        tf.cross_entropy(module(xf), yf).backward()
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = run(w), run(None)  # warm-up, and the agreement check
+        diff = float((a - b).abs().max() / (b - w).abs().max())
+        times = {"engine": float("inf"), "previous": float("inf"), "floor": float("inf")}
+        for _ in range(repeats):
+            for name, fn in (("engine", lambda: run(w)), ("previous", lambda: run(None)), ("floor", floor)):
+                t0 = time.perf_counter()
+                fn()
+                times[name] = min(times[name], time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "name": f"{model} one step K={clients}",
+        "clients": clients,
+        "batch_size": bsz,
+        "params": flat.numel,
+        "engine_s": times["engine"],
+        "previous_s": times["previous"],
+        "floor_s": times["floor"],
+        "ratio_floor": times["engine"] / times["floor"],
+        "speedup_previous": times["previous"] / times["engine"],
+        "max_rel_diff": diff,
     }
 
 

@@ -52,6 +52,7 @@ SCHEMA: dict[str, dict[str, Spec]] = {
         "assumed_byzantine": (None, "number|null", ">=0"),
     },
     "server": {"root_size": (100, "int", ">=0"), "root_bias": (0.0, "float", "[0,1]")},
+    "metrics": {"every": (1, "int", ">=1")},
     "attack": {"name": ("sign_flip", "str", "")},
     "defense": {"name": ("fltrust", "str", "")},
     "matrix": {

@@ -1,7 +1,8 @@
 """Helpers shared by the attacks (private).
 
 * :func:`known_rows` -- the rows the attacker knows: the honest rows where HONEST is granted,
-  else its own; :func:`mean_std` their coordinate-wise mean and population std (ddof 0).
+  else its own; :func:`mean_std` their coordinate-wise mean and std (population, ddof 0, unless
+  an attack passes ``ddof = 1``).
 * :func:`generator`, :func:`randn`, :func:`rand` -- randomness from the context's generator only
   (a fresh ``torch.Generator().manual_seed(0)`` when the context has none), drawn on the
   generator's device and moved to the rows' device.
@@ -75,9 +76,13 @@ def known_rows(ctx: AttackContext) -> Tensor:
     return ctx.own
 
 
-def mean_std(rows: Tensor) -> tuple[Tensor, Tensor]:
-    """Coordinate-wise mean and population standard deviation (ddof 0)."""
-    return rows.mean(0), rows.std(0, correction=0)
+def mean_std(rows: Tensor, ddof: int = 0) -> tuple[Tensor, Tensor]:
+    """Coordinate-wise mean and standard deviation with ``ddof`` (0: population, SPEC's default;
+    1: unbiased, as ``torch.std`` in Shejwalkar & Houmansadr's code). With fewer than ddof + 1
+    rows the deviation is undefined and returned as zeros."""
+    if rows.shape[0] <= ddof:
+        return rows.mean(0), torch.zeros_like(rows[0])
+    return rows.mean(0), rows.std(0, correction=ddof)
 
 
 def num_clients(ctx: AttackContext) -> int:

@@ -7,6 +7,11 @@ s <= 0, ``z = Phi^-1((K - 1)/K)``. The rows stay inside the honest spread per co
 median-, trimmed-mean- and Krum-type rules keep them; the bias z * sigma per coordinate is below
 the rules' detection threshold yet adds up over rounds. No robust rule's guarantee excludes it
 beyond its sigma-proportional error term.
+
+Defaults (docs/attacks.md): ``z = None`` is the paper's formula above (SPEC section 2). The authors'
+code (moranant/attacking_distributed_learning) instead takes z from the command line (``--num_std``,
+default 1.5), uses the population std (``np.var(...) ** 0.5``, as here) and sends ``mu - z sigma``:
+pass a negative z for that sign.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ honestly and sends the rows (``__call__`` returns ``own`` unchanged). The runner
 :meth:`trigger`. Image tasks only (:meth:`setup` refuses others with a ConfigError). Robust rules
 do not bound it: the rows can be close to honest ones while the trigger is learned; combine with
 ``scaling`` (base = "backdoor") for the FLTrust paper's Scaling attack.
+
+Defaults (docs/attacks.md): ``target_label = 0``, ``trigger_size = 3``, ``poison_fraction = 0.5``
+are SPEC's; no source stating them was found. FoundationFL describes the Scaling attack as adding
+the trigger to *duplicated copies* of the local data (an augmented set, half of it triggered),
+whereas here half of the existing images are stamped.
 """
 
 from __future__ import annotations

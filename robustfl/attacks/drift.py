@@ -4,6 +4,9 @@ Round t (``ctx.round``; None counts as 0) sends ``(1 - t/ramp) * own + (t/ramp) 
 t < ``ramp`` (default 50) and ``b`` from then on, b the ``base`` attack's rows (default
 ``sign_flip``). The slow start is aimed at history-based and similarity-threshold defenses that
 calibrate on early rounds; once t >= ramp it is the base attack and inherits its regime.
+
+Defaults (docs/attacks.md): ``base = "sign_flip"``, ``ramp = 50`` are SPEC's (the FedSim
+validation report is not a public source available here).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ If no lambda >= 1e-5 works the attackers send lambda = 1e-5 and ``last_stats["su
 Krum's guarantee (K >= 2f + 3) bounds the selected row's distance from an honest row, not its
 direction: the attack exploits exactly that slack. It transfers to other rules (partial knowledge).
 The Gram matrix of [malicious; honest] is assembled from H H^T, H s and ||s||^2 once per call.
+
+Defaults (docs/attacks.md): the halving stops at 1e-5 as in vrt1shjwlkr/NDSS21-Model-Poisoning
+(``get_malicious_updates_fang``: ``threshold = 1e-5``, ``lamda *= 0.5``); there is no parameter.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ attacker k sends ``e_j / b_kj`` if ``s_j e_j > 0`` else ``e_j * b_kj``, with
 that order). Every Byzantine value lies beyond the honest extreme on the side opposite to s_j, so
 coordinate-wise rules are pulled against the honest direction by up to the honest spread; the
 median's and trimmed mean's guarantees (f-hat >= f) bound the shift by that spread, not below.
+
+Defaults (docs/attacks.md): b ~ U[1, 2] (b = 2 in Fang et al.'s setting) matches the Trim attack of
+the FLTrust/Fang code lineage (``random_12 = 1. + uniform``) and ``b = 2`` in
+vrt1shjwlkr/NDSS21-Model-Poisoning; there is no parameter.
 """
 
 from __future__ import annotations

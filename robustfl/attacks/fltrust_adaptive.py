@@ -20,6 +20,9 @@ g'(e) the aggregate with the crafted rows, they maximise ``h(e) = s^T (g - g'(e)
 Needs the reference g0 and the honest rows. FLTrust's bound (Theorem 1) holds for any Byzantine
 rows, so the attack can at most reach it; ``last_stats``: ``objective``, ``start_objective``
 (gradient) or ``angle`` (degrees).
+
+Defaults (docs/attacks.md): ``steps = 10``, ``lr = 0.01``, ``variant = "gradient"`` are SPEC's; the
+FLTrust paper's text and the authors' code were not available to check them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,14 @@
 """Gaussian noise: rows drawn i.i.d. from N(m, std^2 I).
 
 ``mean = "zero"`` (default): m = 0; ``mean = "honest"``: m = mu, the coordinate-wise mean of the
-known rows (honest where granted, else own). ``std`` default 200, as in the FoundationFL tables.
+known rows (honest where granted, else own). ``std`` default 200 (see Defaults below).
 An untargeted baseline: FedAvg's error grows like f/K * std * sqrt(P); any rule that bounds a
 row's influence by its distance or cosine (Krum, median, FLTrust) filters it.
+
+Defaults (docs/attacks.md): ``std = 200`` with mean 0 as in Xie et al.'s Zeno code
+(xcgoner/icml2019_zeno ``byzantine.py``: ``mx.nd.random.normal(0, 200)``). FoundationFL (Fang et
+al., NDSS 2025, Section VI-A) states "a mean of 0 and a variance of 200", i.e. std = sqrt(200)
+~ 14.14: pass ``std = math.sqrt(200)`` to follow that text.
 """
 
 from __future__ import annotations

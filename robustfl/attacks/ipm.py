@@ -6,6 +6,10 @@ with mu turns negative once epsilon > (K - f)/f, which is why epsilon = 100 brea
 epsilon (0.1, the default) keeps the rows near the origin, close to the honest rows, so rules that
 select or weight by distance (Krum, median when f is large) keep them and the aggregate shrinks
 or flips. Robust rules bound the damage when f-hat >= f and the honest spread is small.
+
+Defaults (docs/attacks.md): ``epsilon = 0.1`` as in Karimireddy et al.'s code
+(epfml/byzantine-robust-noniid-optimizer, ``IPMAttack(epsilon=0.1)``); the IPM paper's own text and
+code were not available to check. ByzFL's ``InnerProductManipulation`` defaults to tau = 2.0.
 """
 
 from __future__ import annotations

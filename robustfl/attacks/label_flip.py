@@ -4,6 +4,9 @@ The Byzantine clients train honestly on relabelled data, ``l -> C - 1 - l`` for 
 send the rows so trained (``__call__`` returns ``own`` unchanged). Classification tasks only:
 :meth:`setup` refuses a regression task with a ConfigError. A weak, realistic attack: the rows
 are honest-looking, and robust rules' guarantees hold with the flipped clients counted among f.
+
+The map ``l -> C - 1 - l`` is the one FoundationFL states ("M - y - 1", Section VI-A) and the
+FLTrust lineage uses; there are no parameters (docs/attacks.md).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 ``rows = own``. The baseline cell of every matrix (under ``none`` the sampled Byzantine clients
 behave honestly, so a defense's drift here is its price without an adversary).
+
+No parameters (docs/attacks.md).
 """
 
 from __future__ import annotations

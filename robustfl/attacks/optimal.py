@@ -13,6 +13,11 @@ and golden-section the local precision. Every evaluation replays the same genera
 rows sent are exactly the rows scored. Needs ORACLE (the reference case of full knowledge) and the
 honest rows for the objective, plus whatever the base needs. ``last_stats``: ``parameter``,
 ``deviation``, ``evaluations``.
+
+Defaults (docs/attacks.md): ``low = 0`` is ByzFL's ``start = 0.0`` (LPD-EPFL/byzfl,
+``Optimal_ALittleIsEnough`` / ``Optimal_InnerProductManipulation``); ByzFL's search is unbounded
+(expansion from step ``delta = 10.0``, doubling, then contraction by ``ratio = 0.8``, 20
+evaluations), so ``high = 10`` (one ByzFL step) is robustfl's bounded-search choice.
 """
 
 from __future__ import annotations

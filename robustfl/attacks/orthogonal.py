@@ -10,6 +10,10 @@ phi = ``angle`` in degrees (default None = 90: purely orthogonal). Orthogonal ro
 product with the honest direction, so cosine-trust rules (FLTrust: ReLU(0) = 0) give them no weight
 while distance rules see rows of honest size; intermediate angles give the rotated family (ROP).
 When ||mu|| <= eps the rows are zero.
+
+Defaults (docs/attacks.md): no single paper defines this attack; ``norm_factor = 1`` and
+``angle = 90`` are SPEC's. The ROP code (CRYPTO-KU/FL-Byzantine-Library ``config/attack.py``)
+defaults to ``angle = 270`` (also orthogonal, the opposite side), ``pi = 1``, ``lamb = 0.9``.
 """
 
 from __future__ import annotations

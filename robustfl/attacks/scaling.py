@@ -5,6 +5,9 @@ lambda defaults to K (``ctx.num_clients``), the boost that lets one client repla
 Breaks FedAvg for any lambda large enough; norm-bounding rules (FLTrust's rescaling, clipping)
 undo the magnitude by construction. With ``base = "backdoor"`` (data poisoning forwarded) this is
 the FLTrust paper's Scaling attack.
+
+Defaults (docs/attacks.md): ``factor = None`` (K) and ``base = None`` are SPEC's; the factor the
+FLTrust and FoundationFL papers use was not found in the sources available here.
 """
 
 from __future__ import annotations

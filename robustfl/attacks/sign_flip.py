@@ -5,6 +5,9 @@
 granted, else its own). Against the mean the aggregate moves by -(1 + s) f/K times the Byzantine
 mean; robust rules bound it when f-hat >= f. Classic baseline (e.g. Li et al., RSA, AAAI 2019;
 Karimireddy et al. 2021).
+
+Defaults (docs/attacks.md): ``scale = 1``, ``source = "own"``: each attacker sends the negation of
+its own update, as in Xie et al.'s Zeno code (xcgoner/zeno ``signflip_attack``: ``-v[0]``).
 """
 
 from __future__ import annotations

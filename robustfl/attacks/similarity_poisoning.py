@@ -16,6 +16,9 @@ generator, when that component is ~0); the angle phi is the largest with
 ``last_stats["cosine"]`` is the achieved cosine (with r, or of w + delta with w). A defense's
 guarantee cannot exclude it: the rows are as similar as the best honest row by construction; the
 harm per round is bounded by sin(phi) times the rows' norm.
+
+Defaults (docs/attacks.md): ``target_similarity = None``, ``target = "update"`` are SPEC's; this
+attack is robustfl's own (no paper).
 """
 
 from __future__ import annotations

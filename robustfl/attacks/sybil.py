@@ -7,6 +7,9 @@ duplicates, so duplicate filters can be tested); the other Byzantine rows send t
 rows. :meth:`sybil_rows` marks the Sybil rows so the runner can report their total weight.
 Similarity-based rules (FoolsGold) down-weight the near-duplicates; averaging rules give them
 f/K of the weight.
+
+Defaults (docs/attacks.md): ``identities = None`` (all), ``base = "sign_flip"``, ``jitter = 0`` are
+SPEC's; FoolsGold's Sybils are label-flipping clients, not a numeric setting to copy.
 """
 
 from __future__ import annotations

@@ -111,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("--format", default="table", choices=["table", "csv", "json", "markdown", "html"])
     p.add_argument("--output", metavar="PATH")
+    p.add_argument(
+        "--published",
+        default="auto",
+        metavar="NAME|auto|none",
+        help="published tables to set beside the store (scenarios/published/NAME.toml, comma-separated); "
+        "auto (default): those matching the store's scenario; none: no comparison",
+    )
     _common(p)
 
     p = sub.add_parser("compare", help="what changed, cell by cell, between two stores")
@@ -318,11 +325,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if not Path(args.store).is_file():
         raise ConfigError(f"store {args.store!r} does not exist")
+    from ..simulation.published import compare_published, match_tables
+
     with Store(args.store) as st:
         cells = st.cells()
         run = st.latest_run()
+    tables = match_tables(run[0] if run else None, run[1] if run else None, args.published)
+    published = [compare_published(cells, t) for t in tables]
     if args.format == "table" and not args.output:
         render.print_matrix(cells, title=f"{args.store}", show_time=True)
+        render.print_published(published)
         return 0
     if args.format == "html":  # one self-contained page: heatmap, tables, curves, provenance
         from ..simulation.html import page
@@ -332,6 +344,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             run[0] if run else None,
             run[1] if run else None,
             title=f"robustfl results: {Path(args.store).name}",
+            published=published,
         )
         if args.output:
             out = Path(args.output)
@@ -347,6 +360,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         output=args.output,
         scenario=run[0] if run else None,
         provenance=run[1] if run else None,
+        published=published,
     )
     return 0
 

@@ -32,6 +32,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from robustfl.simulation import published as _published
 from robustfl.simulation import report
 from robustfl.simulation.results import METRIC_KEYS, Cell
 
@@ -237,6 +238,39 @@ def print_cell(cell: Cell, console: Console | None = None) -> None:
     console.print(Group(*parts))
 
 
+def published_tables(comparisons: Sequence[_published.Comparison]) -> list[RenderableType]:
+    """Per published table: its header lines, the measured-vs-published cells (flagged ones in
+    orange) and Kendall's tau per attack (:mod:`robustfl.simulation.published`)."""
+    out: list[RenderableType] = []
+    for comp in comparisons:
+        out.append(Text(f"Measured vs published: {comp.table.title}", style="bold"))
+        out.append(Text("\n".join(_published.header_lines(comp)), style="dim"))
+        for s in comp.sections:
+            cells = Table(title=s.point or None, title_justify="left")
+            for i, h in enumerate(_published.HEADERS):
+                cells.add_column(h, justify="left" if i < 2 else "right")
+            for c in s.cells:
+                flagged = c.outside or c.asr_outside
+                style = "dark_orange" if flagged else ("dim" if c.status != "compared" else "")
+                cells.add_row(*(Text(x) for x in _published.row_cells(c)), style=style)
+            out.append(cells)
+            ranks = Table()
+            ranks.add_column("attack (paper)")
+            ranks.add_column("Kendall τ, published vs measured order of the rules")
+            for r in s.ranks:
+                ranks.add_row(Text(r.attack), Text(r.text(), style="dim" if r.tau is None else ""))
+            out.append(ranks)
+        out.append(Text(_published.summary_line(comp)))
+    return out
+
+
+def print_published(comparisons: Sequence[_published.Comparison], console: Console | None = None) -> None:
+    """:func:`published_tables`, printed (nothing when there are no comparisons)."""
+    console = _console(console)
+    for part in published_tables(comparisons):
+        console.print(part)
+
+
 def print_report(
     cells: Sequence[Cell],
     format: str = "table",
@@ -246,17 +280,21 @@ def print_report(
     console: Console | None = None,
     scenario: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    published: Sequence[_published.Comparison] = (),
 ) -> None:
-    """``robustfl report``: the table (rich) or csv/json/markdown/html text, to ``output`` or stdout."""
+    """``robustfl report``: the table (rich) or csv/json/markdown/html text, to ``output`` or
+    stdout; ``published`` comparisons follow the table (and go into json/markdown/html)."""
     if format == "table":
         if output is None:
             print_matrix(cells, console, metric, show_time=True)
+            print_published(published, console)
             return
         rec = Console(record=True, width=200, file=io.StringIO())
         print_matrix(cells, rec, metric, show_time=True)
+        print_published(published, rec)
         text = rec.export_text()
     else:
-        text = report.render(cells, format, metric, scenario, provenance)
+        text = report.render(cells, format, metric, scenario, provenance, published)
     if output is None:
         out = console.file if console is not None else sys.stdout
         out.write(text)

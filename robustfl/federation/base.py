@@ -12,7 +12,7 @@ their trained models. Neither may loop over clients in Python.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -59,6 +59,9 @@ class Sharing:
     """Full sharing: every coordinate travels every round."""
 
     name = "full"
+    #: Declared capability: every participant starts its local training at the global model
+    #: (``start_points`` is ``w`` repeated), so the engine may take one-step gradients at one point.
+    common_start: ClassVar[bool] = True
 
     def setup(self, *, num_clients: int, w0: Tensor, generator: torch.Generator) -> None:
         self.dim = w0.numel()

@@ -89,6 +89,7 @@ class PSFed(Sharing):
     full_sync_every: int = 0
     seed: int = 0
     name = "psfed"
+    common_start: ClassVar[bool] = False  # participants start from their own partly synced models
     masks: ClassVar[tuple[str, ...]] = ("random", "magnitude", "gradient")
     x: Tensor = field(init=False, repr=False)
 

@@ -10,6 +10,13 @@ at batch 10 sees every sample once in 5 steps; the last batch of an epoch may be
 There is no Python loop over clients: only over local steps, and -- when S x P is large (P in
 the millions) -- over chunks of clients, so that the gradient's temporaries stay within
 ``CHUNK_ELEMENTS`` values instead of several copies of the (S, P) matrix.
+
+One local step from a shared point (``point``: every client starts at the same global model, the
+papers' "one local iteration" setting) is one per-client gradient at that point:
+``vmap(grad(loss), in_dims=(None, 0, 0))`` with the parameters unbatched, so every layer runs as one
+ordinary batched kernel over all clients' samples with one set of weights and only the weight
+gradients are kept per client. Same batches, same values up to float rounding (the kernels sum in
+another order), bit for bit from run to run.
 """
 
 from __future__ import annotations
@@ -42,15 +49,18 @@ def local_train(
     generator: torch.Generator,
     extra_grad: ExtraGrad | None = None,
     inplace: bool = False,
+    point: Tensor | None = None,
 ) -> Tensor:
     """Train S clients from ``start`` (S, P); ``data`` tensors are (S, n_max, ...), ``mask`` (S, n_max).
 
     Returns the trained models (S, P). ``extra_grad(theta)`` adds the algorithm's term
     (FedProx's proximal pull, FedDyn's linear and quadratic terms) to each step's gradient.
     With ``inplace`` the caller hands over ``start`` (a fresh tensor) and gets it back trained,
-    saving one (S, P) copy.
+    saving one (S, P) copy. ``point`` (P,): every row of ``start`` equals it; with ``steps == 1``
+    and no ``extra_grad`` the gradients are taken at it (see the module docstring).
     """
-    per_client_grad = vmap(grad(loss))
+    at_point = point is not None and steps == 1 and extra_grad is None
+    per_client_grad = vmap(grad(loss), in_dims=(None, 0, 0)) if at_point else vmap(grad(loss))
     theta = start if inplace else start.clone()
     s_count, n_max = mask.shape
     if s_count == 0:
@@ -62,7 +72,7 @@ def local_train(
 
     def step(batch: tuple[Tensor, ...], bmask: Tensor) -> None:
         if chunk >= s_count:
-            g = per_client_grad(theta, batch, bmask)
+            g = per_client_grad(theta if point is None or not at_point else point, batch, bmask)
             extra = extra_grad(theta) if extra_grad is not None else None
             if extra is not None:
                 g = g + extra
@@ -70,7 +80,8 @@ def local_train(
             return
         for lo in range(0, s_count, chunk):  # large P: bounded temporaries
             sl = slice(lo, lo + chunk)
-            g = per_client_grad(theta[sl], tuple(t[sl] for t in batch), bmask[sl])
+            at = theta[sl] if point is None or not at_point else point
+            g = per_client_grad(at, tuple(t[sl] for t in batch), bmask[sl])
             theta[sl].sub_(g, alpha=lr)
 
     if full:

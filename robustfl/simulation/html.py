@@ -14,6 +14,9 @@ figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep 
 * weight diagnostics for the rules that give rows weights (FedSim, FLTrust, FedAvg, Krum, ...):
   the Byzantine rows' total weight share and the detection precision and recall ("weight exactly
   zero" as a flag) over rounds, per attack that has Byzantine clients;
+* for a store whose scenario has published tables (:mod:`robustfl.simulation.published`), the
+  measured error (and backdoor success) rates beside the paper's, with the cells outside the
+  tolerance flagged and Kendall's tau per attack;
 * the failed cells with their errors, and the provenance of the last run written to the store
   (versions, where each attack and defense came from, the scenario's hash, the scenario itself).
 
@@ -36,6 +39,7 @@ from typing import Any
 
 from scipy import stats
 
+from . import published as _published
 from . import report
 from .results import Cell, clean_number
 
@@ -366,8 +370,10 @@ def page(
     *,
     metric: str = "relative_drift",
     title: str = "robustfl results",
+    published: Sequence[_published.Comparison] = (),
 ) -> str:
-    """The whole HTML page (see the module docstring)."""
+    """The whole HTML page (see the module docstring); ``published``: the comparisons with
+    published tables to show (none by default)."""
     cells = list(cells)
     e = html.escape
     body: list[str] = [f"<h1>{e(title)}</h1>"]
@@ -383,6 +389,7 @@ def page(
     body.append(
         '<nav><a href="#matrix">matrix</a><a href="#curves">drift curves</a>'
         '<a href="#diagnostics">weight diagnostics</a>'
+        + ('<a href="#published">measured vs published</a>' if published else "")
         + ('<a href="#failed">failed cells</a>' if statuses["failed"] else "")
         + '<a href="#provenance">provenance</a></nav>'
     )
@@ -418,6 +425,9 @@ def page(
             if png
             else '<p class="note">No rule here reports row weights under an attack.</p>'
         )
+    if published:
+        body.append('<h2 id="published">Measured vs published</h2>')
+        body.append(_published.to_html(published, heading="h3"))
     body += _failures(cells)
     body += _provenance(scenario, provenance)
     return _document(title, body)

@@ -28,6 +28,10 @@ Worst cases and sweep axes, computed from those group means:
   summarises the worst cases over attacks at the sweep points with that value: ``mean`` over the
   other axes' values and ``worst`` of them (its text shows the worst only where it differs).
 * :func:`mean_elapsed`: a cell's compute time (``elapsed_s``), mean over its seeds.
+
+Given ``published`` comparisons (:mod:`robustfl.simulation.published`), the Markdown and HTML
+views end with a "measured vs published" section per table and the JSON document gains a
+``"published"`` list; without them (or with an empty list) they are as before.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Any
 from scipy import stats
 
 from robustfl.errors import ConfigError
+from robustfl.simulation import published as _published
 from robustfl.simulation.results import Cell, clean_number
 
 FORMATS = ("table", "csv", "json", "markdown", "html")
@@ -350,14 +355,18 @@ def to_json(
     cells: Iterable[Cell],
     scenario: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    published: Sequence[_published.Comparison] = (),
 ) -> str:
     """The matrix document of ``--json``: ``{"scenario", "provenance", "cells": [CELL, ...]}``,
-    strict JSON (non-finite numbers become null)."""
-    doc = {
+    strict JSON (non-finite numbers become null); with ``published`` comparisons, also
+    ``"published": [COMPARISON, ...]`` (:meth:`~robustfl.simulation.published.Comparison.to_json`)."""
+    doc: dict[str, Any] = {
         "scenario": dict(scenario or {}),
         "provenance": dict(provenance or {}),
         "cells": [c.to_json() for c in cells],
     }
+    if published:
+        doc["published"] = [c.to_json() for c in published]
     return json.dumps(_finite(doc), indent=2, allow_nan=False, default=str) + "\n"
 
 
@@ -375,12 +384,17 @@ def _md_table(corner: str, columns: Sequence[str], rows: Sequence[tuple[str, lis
     return "\n".join(lines) + "\n"
 
 
-def to_markdown(cells: Iterable[Cell], metric: str = "relative_drift", show_time: bool | None = None) -> str:
+def to_markdown(
+    cells: Iterable[Cell],
+    metric: str = "relative_drift",
+    show_time: bool | None = None,
+    published: Sequence[_published.Comparison] = (),
+) -> str:
     """One Markdown table per sweep point: rows attacks, columns defenses, "mean ± std", and a
     "worst case" row (:func:`worst_case`) when there are several attacks; then, for a sweep, one
     table per sweep key (:func:`axis_views`, numbers right-aligned); then, with ``show_time``
     (default: when the cells recorded their run times), the mean compute time per cell
-    (:func:`mean_elapsed`)."""
+    (:func:`mean_elapsed`); then a "measured vs published" section per ``published`` comparison."""
     cells = list(cells)
     summary = summarize(cells, metric)
     worst = worst_case(cells, metric)
@@ -421,6 +435,8 @@ def to_markdown(cells: Iterable[Cell], metric: str = "relative_drift", show_time
                 rows.append((_md(a), [format_seconds(times[k]) if k in times else "—" for k in keys]))
             parts.append(_md_table("attack", defenses, rows, "---:|"))
         parts.append("compute time: a cell's elapsed_s, mean over its seeds\n")
+    if published:
+        parts.append(_published.to_markdown(published))
     return "\n".join(parts)
 
 
@@ -434,9 +450,14 @@ _HTML_COLOURS = {
 }
 
 
-def to_html(cells: Iterable[Cell], metric: str = "relative_drift") -> str:
+def to_html(
+    cells: Iterable[Cell],
+    metric: str = "relative_drift",
+    published: Sequence[_published.Comparison] = (),
+) -> str:
     """A standalone HTML page: one table per sweep point (with its "worst case" row), then one per
-    sweep key (:func:`axis_views`), cells coloured by severity."""
+    sweep key (:func:`axis_views`), cells coloured by severity; then a "measured vs published"
+    section per ``published`` comparison."""
     cells = list(cells)
     summary = summarize(cells, metric)
     worst = worst_case(cells, metric)
@@ -486,6 +507,8 @@ def to_html(cells: Iterable[Cell], metric: str = "relative_drift") -> str:
         tds = [td(view["worst"][d]) for d in view["defenses"]]
         body.append(f"</tbody><tfoot><tr><th>{WORST_ROW}</th>{''.join(tds)}</tr></tfoot></table>")
         body.append(f"<p>{e(axis_caption(view, metric))}</p>")
+    if published:
+        body.append(_published.to_html(published))
     style = (
         "body{font-family:sans-serif}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #999;padding:.3em .6em;text-align:right}th{background:#eee}"
@@ -502,14 +525,16 @@ def render(
     metric: str = "relative_drift",
     scenario: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    published: Sequence[_published.Comparison] = (),
 ) -> str:
-    """The text of one non-terminal format: ``csv``, ``json``, ``markdown`` or ``html``."""
+    """The text of one non-terminal format: ``csv``, ``json``, ``markdown`` or ``html``;
+    ``published`` comparisons go into json, markdown and html (csv stays one row per cell)."""
     if format == "csv":
         return to_csv(cells)
     if format == "json":
-        return to_json(cells, scenario, provenance)
+        return to_json(cells, scenario, provenance, published)
     if format == "markdown":
-        return to_markdown(cells, metric)
+        return to_markdown(cells, metric, published=published)
     if format == "html":
-        return to_html(cells, metric)
+        return to_html(cells, metric, published)
     raise ConfigError(f"report: format must be one of {', '.join(FORMATS)}, got {format!r}")

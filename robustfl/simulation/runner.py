@@ -21,7 +21,7 @@ from torch import Tensor
 from .. import tasks
 from ..defenses._util import row_norms
 from ..errors import ConfigError
-from ..federation import Algorithm, Sharing, create_algorithm, create_sharing
+from ..federation import Algorithm, create_algorithm, create_sharing
 from ..scenario import Scenario, config_hash
 from ..tasks.base import Partition, Problem
 from ..types import AttackContext, DefenseContext, Knowledge
@@ -78,6 +78,8 @@ def build_problem(scenario: Scenario, seed: int) -> Problem:
 def cell_config(scenario: Scenario, attack: C.Spec, defense: C.Spec, seed: int) -> dict[str, Any]:
     """Everything that determines a cell's result (hashed into its key)."""
     d = {k: v for k, v in scenario.data.items() if k not in ("matrix", "bound", "attack", "defense")}
+    if d.get("metrics") == {"every": 1}:  # the default (every round, as before the key existed)
+        del d["metrics"]
     return {"scenario": d, "attack": attack, "defense": defense, "seed": seed, "schema": 1}
 
 
@@ -197,6 +199,7 @@ class Simulation:
         granted = Knowledge.grant(sc.section("threat")["knowledge"])
         steps, lr, bsz = fed["local_steps"], fed["local_lr"], fed["batch_size"]
         rounds = fed["rounds"]
+        every = sc.section("metrics")["every"]
         backdoor_eval = self._backdoor_inputs()
         # Full batch: the server's root update rides along as one more row of the clients' vmap.
         n_max = mask.shape[1]
@@ -227,7 +230,7 @@ class Simulation:
             coords = self.sharing.begin_round(t, w, ids_dev)
 
             train_ids = torch.cat([ids_dev, root_id]) if merged else ids_dev
-            if merged and type(self.sharing) is Sharing:  # all rows start at w: no (S, P) concatenation
+            if merged and self.sharing.common_start:  # all rows start at w: no (S, P) concatenation
                 train_start = w.expand(len(ids) + 1, -1).clone()  # trained in place
                 start = w.expand(len(ids), -1)  # the start points, untouched by training
             else:
@@ -253,6 +256,7 @@ class Simulation:
                 generator=g_train,
                 extra_grad=extra if has_extra else None,
                 inplace=True,
+                point=w if self.sharing.common_start else None,
             )
             reference = None
             if merged:
@@ -262,7 +266,8 @@ class Simulation:
             elif root is not None and root_mask is not None:
                 g0 = (
                     local_train(
-                        p.loss, w[None], root, root_mask, steps=steps, lr=lr, batch_size=bsz, generator=g_root
+                        p.loss, w[None], root, root_mask, steps=steps, lr=lr, batch_size=bsz,
+                        generator=g_root, point=w,
                     )[0]
                     - w
                 )
@@ -292,6 +297,11 @@ class Simulation:
             )
             self.sharing.end_round(w, w_new, int(updates.shape[0]))  # every row received counts
             w = w_new
+            diverged = self._diverged(w, w_ref, d0)
+            if (t + 1) % every and t + 1 < rounds and not diverged:
+                if on_round is not None:
+                    on_round(t + 1, rounds)
+                continue  # metrics.every: this round is not measured (absent from `rounds`)
             m = round_metrics(
                 t + 1,
                 w,
@@ -312,7 +322,7 @@ class Simulation:
             cell.rounds.append(clean_metrics(m))
             if on_round is not None:
                 on_round(t + 1, rounds)
-            if self._diverged(w, w_ref, d0):
+            if diverged:
                 cell.status = "diverged"
                 cell.error = (
                     f"model diverged at round {t + 1} (non-finite or norm past 1e6 x initial distance)"

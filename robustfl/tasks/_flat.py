@@ -115,3 +115,22 @@ def small_cnn(side: int, classes: int) -> nn.Module:
         nn.Flatten(),
         nn.Linear(16 * after * after, classes),
     )
+
+
+def fltrust_cnn(side: int, classes: int) -> nn.Module:
+    """FLTrust's MNIST CNN (Cao et al., NDSS 2021, the CNN architecture table for MNIST):
+    Conv(1->30, 3x3) -> ReLU -> MaxPool 2 -> Conv(30->50, 3x3) -> ReLU -> MaxPool 2 -> Linear 100 -> ReLU
+    -> Linear(100, classes); 139,960 parameters on 28x28 MNIST."""
+    after = ((side - 2) // 2 - 2) // 2
+    return nn.Sequential(
+        nn.Conv2d(1, 30, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(30, 50, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(50 * after * after, 100),
+        nn.ReLU(),
+        nn.Linear(100, classes),
+    )
