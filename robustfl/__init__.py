@@ -36,26 +36,43 @@ def run(
     allow_outside_guarantee: bool = False,
     device: str = "cpu",
 ) -> Cell:
-    """Run one cell; ``attack``/``defense`` default to the scenario's [attack]/[defense] sections."""
+    """Run one cell; ``attack``/``defense`` default to the scenario's [attack]/[defense] sections.
+
+    A name is the scenario's section when it names that component, else a ``matrix.attacks`` /
+    ``matrix.defenses`` entry with that label, else the registered component; the scenario's
+    ``attack.*`` / ``defense.*`` overrides apply to it (one it does not take is an error)."""
+    from .simulation import components as C
+    from .simulation.matrix import leave_if_importing_main
     from .simulation.runner import simulate
 
+    leave_if_importing_main()
     sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
-    a = attack if attack is not None else _section_spec(sc, "attack")
-    d = defense if defense is not None else _section_spec(sc, "defense")
+    a = C.chosen_spec(sc, "attack", attack)
+    d = C.chosen_spec(sc, "defense", defense)
     return simulate(sc, a, d, seed, allow_outside_guarantee=allow_outside_guarantee, device=device).cell
 
 
-def _section_spec(sc: Scenario, section: str) -> Any:
-    sec = dict(sc.section(section))
-    return sec["name"] if len(sec) == 1 else sec
-
-
 def run_matrix(scenario: Scenario | str, **kwargs: Any) -> MatrixResult:
-    """Run (or resume, with ``store=``) the scenario's matrix; see simulation.matrix.run_matrix."""
+    """Run (or resume, with ``store=``) the scenario's matrix; see simulation.matrix.run_matrix.
+
+    Worker processes import the calling script again: call this under
+    ``if __name__ == "__main__":`` (a top-level call raises ``MainGuardError`` saying so). Failed
+    cells are in ``result.failed``; when there are any a ``RuntimeWarning`` says how many and why.
+    """
+    import warnings
+
+    from .simulation.matrix import MainGuardError, failure_summary
     from .simulation.matrix import run_matrix as _run_matrix
 
     sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
-    return _run_matrix(sc, **kwargs)
+    try:
+        result = _run_matrix(sc, **kwargs)
+    except MainGuardError as exc:  # one short traceback ending in the message, pointing at the call
+        raise MainGuardError(str(exc)) from None
+    summary = failure_summary(result.cells)
+    if summary is not None:
+        warnings.warn(summary, RuntimeWarning, stacklevel=2)
+    return result
 
 
 __all__ = [

@@ -171,6 +171,9 @@ class Scenario:
     name: str = "scenario"
     path: Path | None = None
     overrides: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The overrides as given (dotted key -> value): ``attack.*`` / ``defense.*`` ones also apply to
+    the attack or defense a command chooses (``run --attack``, every matrix entry that takes them)."""
 
     # convenient views
     def section(self, name: str) -> dict[str, Any]:
@@ -187,14 +190,16 @@ class Scenario:
         return name, sec
 
     def copy(self) -> Scenario:
-        return Scenario(copy.deepcopy(self.data), self.name, self.path, list(self.overrides))
+        return Scenario(
+            copy.deepcopy(self.data), self.name, self.path, list(self.overrides), dict(self.settings)
+        )
 
     def with_values(self, values: Mapping[str, Any]) -> Scenario:
         """A copy with dotted keys set (a sweep point), re-validated."""
         raw = copy.deepcopy(self.data)
         for k, v in values.items():
             _set_dotted(raw, k, v)
-        return Scenario(_resolve(raw), self.name, self.path, list(self.overrides))
+        return Scenario(_resolve(raw), self.name, self.path, list(self.overrides), dict(self.settings))
 
     def byzantine_count(self) -> int:
         return count_of(self.data["threat"]["byzantine"], self.data["federation"]["clients"])
@@ -413,6 +418,7 @@ def load_scenario(
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read scenario {str(path)!r}: {exc}") from None
     texts: list[str] = []
+    settings: dict[str, Any] = {}
     if overrides:
         items = (
             overrides.items() if isinstance(overrides, Mapping) else [parse_override(o) for o in overrides]
@@ -420,4 +426,5 @@ def load_scenario(
         for k, v in items:
             _set_dotted(raw, k, v)
             texts.append(f"{k}={v!r}")
-    return Scenario(_resolve(raw), name, path.resolve() if path else None, texts)
+            settings[k.strip()] = copy.deepcopy(v)
+    return Scenario(_resolve(raw), name, path.resolve() if path else None, texts, settings)

@@ -88,3 +88,53 @@ def test_same_generator_same_result_bit_for_bit() -> None:
         return local_train(_lsq, torch.zeros(5, 3), (x, y), mask, steps=9, lr=0.05, batch_size=4, generator=g)
 
     assert torch.equal(run(), run())
+
+
+def test_one_step_at_a_shared_point_matches_a_literal_per_client_loop() -> None:
+    """``point``: one minibatch step from the shared model, each client's gradient taken at it.
+
+    Reference: the per-client loop with autograd on the same minibatches (drawn by the batched
+    path from the same generator), float64; and the batched path itself (the previous engine).
+    """
+    g = torch.Generator().manual_seed(3)
+    s, n, p, bsz = 6, 8, 5, 3
+    x = torch.randn(s, n, p, generator=g, dtype=torch.float64)
+    y = torch.randn(s, n, generator=g, dtype=torch.float64)
+    counts = torch.tensor([8, 2, 5, 1, 8, 3])
+    mask = torch.arange(n)[None, :] < counts[:, None]
+    w = torch.randn(p, generator=g, dtype=torch.float64)
+    start = w.expand(s, -1)
+
+    def train(point: torch.Tensor | None) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(11)
+        return local_train(
+            _lsq, start, (x, y), mask, steps=1, lr=0.3, batch_size=bsz, generator=gen, point=point
+        )
+
+    at_point, batched = train(w), train(None)
+    torch.testing.assert_close(at_point, batched, rtol=1e-13, atol=1e-13)
+    assert torch.equal(train(w), at_point)  # bit for bit from run to run
+    # the literal loop: the batch each client drew (the first of its epoch's permutation)
+    gen = torch.Generator().manual_seed(11)
+    keys = torch.rand(s, n, generator=gen, dtype=torch.float64)
+    keys = torch.where(mask, keys, torch.full_like(keys, 2.0))
+    perm = torch.argsort(keys, dim=1)
+    for k in range(s):
+        idx = perm[k, : min(bsz, int(counts[k]))]
+        wk = w.clone().requires_grad_(True)
+        loss = 0.5 * ((x[k, idx] @ wk - y[k, idx]) ** 2).mean()
+        (gk,) = torch.autograd.grad(loss, wk)
+        torch.testing.assert_close(at_point[k], w - 0.3 * gk, rtol=1e-12, atol=1e-12)
+
+
+def test_point_is_ignored_with_several_steps_or_an_extra_term() -> None:
+    """Two steps leave the shared point, and an algorithm's extra term needs each row: the batched path."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 4, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    w = torch.randn(2, generator=g, dtype=torch.float64)
+    for kw in ({"steps": 2}, {"steps": 1, "extra_grad": lambda th: 0.1 * th}):
+        a = local_train(_lsq, w.expand(3, -1), (x, y), mask, lr=0.1, batch_size=0, generator=g, point=w, **kw)
+        b = local_train(_lsq, w.expand(3, -1), (x, y), mask, lr=0.1, batch_size=0, generator=g, **kw)
+        assert torch.equal(a, b)

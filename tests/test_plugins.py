@@ -471,9 +471,12 @@ def test_installed_plugins_round_trip(tmp_path: Path) -> None:
     listed = _cli(["list", "--json"], sites)
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
-    assert {"name": "myattack", "origin": "robustfl-myattack 0.1.0"} in rows["attacks"]
-    assert {"name": "mydefense", "origin": "robustfl-mydefense 0.1.0"} in rows["defenses"]
-    assert {"name": "fedavg", "origin": "built-in"} in rows["defenses"]
+    pairs = {part: [(r["name"], r["origin"]) for r in rows[part]] for part in ("attacks", "defenses")}
+    assert ("myattack", "robustfl-myattack 0.1.0") in pairs["attacks"]
+    assert ("mydefense", "robustfl-mydefense 0.1.0") in pairs["defenses"]
+    assert ("fedavg", "built-in") in pairs["defenses"]
+    mine = next(r for r in rows["attacks"] if r["name"] == "myattack")
+    assert mine["kind"] == "attack" and isinstance(mine["description"], str)
 
     mj = tmp_path / "m.json"
     matrix = _cli(["matrix", "quick", *SMALL, "--attacks", "myattack", "--defenses", "mydefense,fedavg",

@@ -13,6 +13,7 @@ from matplotlib.image import imread
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from scipy import stats
 
 from robustfl.cli import plots, render
 from robustfl.simulation import report
@@ -42,6 +43,9 @@ def matrix_cells(sweep: dict | None = None) -> list[Cell]:
     return out
 
 
+T3 = float(stats.t.ppf(0.975, 2) / np.sqrt(3))  # the 95 % half-width of 3 seeds, per unit of std
+
+
 def console() -> Console:
     return Console(record=True, width=200, file=io.StringIO(), color_system="truecolor")
 
@@ -57,9 +61,13 @@ def test_matrix_table_text_and_colours() -> None:
     c = console()
     c.print(table)
     out = c.export_text(clear=False)
-    for s in ("0.02 ± 0.01", "0.3 ± 0.1 †", "0.7 ± 0.1", "diverged", "2 ± 1", "failed", "alie[z=1]"):
+    # ± is the 95 % Student-t half-width: t(0.975, 2) * s / sqrt(3) = 2.48 s (scipy below)
+    assert pytest.approx(2.4841377118, rel=1e-9) == T3
+    for s in ("0.02 ± 0.025", "0.3 ± 0.25 †", "0.7 ± 0.25", "diverged", "2 ± 2.5", "failed", "alie[z=1]"):
         assert s in out, s
-    assert "mean ± std over 3 seeds" in out and "† run outside the rule's guarantee" in out
+    words = " ".join(out.split())
+    assert "over 3 seeds: mean ± 95 % Student-t half-width" in words
+    assert "one fixed scale in every view" in words and "† run outside the rule's guarantee" in out
     # rows attacks, columns defenses, both in first-seen order
     assert [str(col.header) for col in table.columns] == ["attack \\ defense", "fedavg", "krum", "median"]
     assert [t.plain for t in column_texts(table, 0)] == ["none", "alie[z=1]"]
@@ -67,10 +75,10 @@ def test_matrix_table_text_and_colours() -> None:
     assert [str(t.style) for t in fedavg] == ["green", "bold red"]
     assert [str(t.style) for t in krum] == ["yellow", "red"]
     assert [str(t.style) for t in median] == ["dark_orange", "magenta"]
-    assert krum[0].plain == "0.3 ± 0.1 †" and fedavg[1].plain == "diverged" and median[1].plain == "failed"
+    assert krum[0].plain == "0.3 ± 0.25 †" and fedavg[1].plain == "diverged" and median[1].plain == "failed"
     # the coloured export carries the colours (green 0.02, red diverged, magenta failed)
     styled = c.export_text(styles=True, clear=False)
-    assert re.search(r"\x1b\[32m *0\.02 ± 0\.01", styled) and re.search(r"\x1b\[35m *failed", styled)
+    assert re.search(r"\x1b\[32m *0\.02 ± 0\.025", styled) and re.search(r"\x1b\[35m *failed", styled)
     assert re.search(r"\x1b\[1;31m *diverged", styled)
 
 
@@ -79,7 +87,9 @@ def test_no_dagger_no_note() -> None:
     c.print(render.matrix_table([cell("a", "d", 0, 0.5)], title="quick"))
     out = c.export_text(clear=False)
     words = " ".join(out.split())
-    assert "†" not in out and "quick" in out and "0.5 ± 0" in out and words.endswith("mean ± std over 1 seed")
+    assert "†" not in out and "quick" in out and "│ 0.5 │" in out and "±" not in out.split("\n")[4]
+    assert "over 1 seed: mean ± 95 % Student-t half-width" in words
+    assert "without ± comes from one seed" in words
 
 
 def test_one_table_per_sweep_point() -> None:
@@ -144,10 +154,10 @@ def test_print_report_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert (tmp_path / "r.md").read_text(encoding="utf-8") == report.to_markdown(cells)
     render.print_report(cells, "table", output=str(tmp_path / "r.txt"))
     text = (tmp_path / "r.txt").read_text(encoding="utf-8")
-    assert "0.02 ± 0.01" in text and "\x1b[" not in text
+    assert "0.02 ± 0.025" in text and "\x1b[" not in text
     c = console()
     render.print_report(cells, "table", console=c)
-    assert "0.7 ± 0.1" in c.export_text(clear=False)
+    assert "0.7 ± 0.25" in c.export_text(clear=False)
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

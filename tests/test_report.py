@@ -41,15 +41,17 @@ def test_summary_matches_numpy_and_scipy() -> None:
     lo, hi = stats.t.interval(0.95, df=3, loc=a.mean(), scale=stats.sem(a))
     assert g["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-12)
     assert g["status"] == "ok" and severity_is(g, "weak")  # 0.1875 in [0.1, 0.5)
-    assert g["text"] == f"{a.mean():.3g} ± {a.std(ddof=1):.2g}" == "0.188 ± 0.11"
+    # ± is the 95 % Student-t half-width in every view (not the std)
+    assert g["text"] == f"{a.mean():.3g} ± {(hi - lo) / 2:.2g}" == "0.188 ± 0.18"
 
     g = summary[("", "alie", "median")]  # n = 2: t_{0.975, 1} = 12.7062047...
     assert g["mean"] == pytest.approx(0.5) and g["std"] == pytest.approx(math.sqrt(0.02))
     assert g["ci95"] == pytest.approx(12.706204736174698 * math.sqrt(0.02) / math.sqrt(2), rel=1e-12)
-    assert g["text"] == "0.5 ± 0.14"
+    assert g["text"] == "0.5 ± 1.3"
 
     g = summary[("", "none", "krum")]  # one seed: no spread
     assert g["n"] == 1 and g["mean"] == 0.02 and g["std"] == 0.0 and math.isnan(g["ci95"])
+    assert g["text"] == "0.02"  # no interval from one seed: no ±
     assert severity_is(g, "safe")
 
 
@@ -86,7 +88,8 @@ def test_diverged_failed_and_missing() -> None:
     assert math.isnan(g["mean"]) and report.severity(g) == "failed"
     g = s[("", "ipm", "median")]  # failed seeds are left out of the statistics, but counted
     assert g["n"] == 2 and g["mean"] == pytest.approx(0.3) and g["failed"] == 1
-    assert g["text"] == "0.3 ± 0.14 (1 failed)"
+    half = stats.t.ppf(0.975, 1) * np.std([0.2, 0.4], ddof=1) / math.sqrt(2)
+    assert g["text"] == f"0.3 ± {half:.2g} (1 failed)" == "0.3 ± 1.3 (1 failed)"
     g = s[("", "ipm", "cc")]
     assert g["status"] == "n/a" and g["n"] == 0 and report.severity(g) is None
 
@@ -120,10 +123,11 @@ def test_markdown() -> None:
     assert lines[:4] == [
         "| attack \\\\ defense | fedavg | krum |",
         "|---|---|---|",
-        "| none | 0.2 ± 0.1 | 0.05 ± 0 † |",
+        "| none | 0.2 ± 0.25 | 0.05 ± 0 † |",  # t(0.975, 2) * 0.1 / sqrt(3) = 0.248
         "| sign\\|flip | diverged | failed |",
     ]
-    assert "mean ± std over 3 seeds" in md and report.GUARANTEE_NOTE in md
+    assert "over 3 seeds: mean ± 95 % Student-t half-width" in md and report.GUARANTEE_NOTE in md
+    assert "colours" not in md  # Markdown has none to explain
 
 
 def test_markdown_one_table_per_sweep_point() -> None:
@@ -132,8 +136,8 @@ def test_markdown_one_table_per_sweep_point() -> None:
     md = report.to_markdown(cells)
     assert md.count("|---|---|") == 2
     one, two = md.split("**x=2**")
-    assert "**x=1**" in one and "| a | 0.2 ± 0 |" in one and "| b |" not in one
-    assert "| a | 0.7 ± 0 |" in two and "| b | 0.9 ± 0 |" in two
+    assert "**x=1**" in one and "| a | 0.2 |" in one and "| b |" not in one  # one seed: no ±
+    assert "| a | 0.7 |" in two and "| b | 0.9 |" in two
 
 
 def test_csv_records() -> None:
@@ -172,8 +176,9 @@ def test_html_escapes_and_colours() -> None:
              cell("<script>", "median", 0, None, "failed")]
     page = report.to_html(cells)
     assert "<script>" not in page and "&lt;script&gt;" in page
-    assert '<td style="background:#c8e6c9">0.05 ± 0</td>' in page  # safe: green
-    assert '<td style="background:#ef9a9a">2 ± 0</td>' in page  # broken: red
+    assert '<td style="background:#c8e6c9">0.05</td>' in page  # safe: green
+    assert '<td style="background:#ef9a9a">2</td>' in page  # broken: red
+    assert "one fixed scale in every view" in page
     assert '<td style="background:#e1bee7">failed</td>' in page
 
 

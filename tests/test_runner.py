@@ -162,3 +162,40 @@ def test_fedsim_random_model_client_gets_tiny_weight(tmp_path: Path) -> None:
     weights = [r["byzantine_weight"] for r in cell["rounds"]]
     assert max(weights) < 0.05, weights
     assert cell["reference"] == "clean_run"
+
+
+def test_metrics_every_measures_fewer_rounds_same_training() -> None:
+    """metrics.every = 4 over 10 rounds: rounds 4, 8 and the final 10 are measured, with exactly the
+    values of the every-round run (metrics never touch training); the other rounds are absent."""
+    base = ["federation.rounds=10", "federation.clients=20"]
+    every = robustfl.run(robustfl.load_scenario("quick", base), attack="sign_flip", defense="median", seed=1)
+    some = robustfl.run(
+        robustfl.load_scenario("quick", [*base, "metrics.every=4"]),
+        attack="sign_flip",
+        defense="median",
+        seed=1,
+    )
+    assert [r["round"] for r in every.rounds] == list(range(1, 11))
+    assert [r["round"] for r in some.rounds] == [4, 8, 10]
+    by_round = {r["round"]: r for r in every.rounds}
+    for r in some.rounds:
+        assert r == by_round[r["round"]]
+    assert some.final == every.final
+
+
+def test_metrics_every_default_keeps_cell_keys() -> None:
+    """The default (every round, as before the key existed) leaves every cell key as it was; another
+    value is part of the key."""
+    from robustfl.simulation.runner import cell_key
+
+    plain = robustfl.load_scenario("quick")
+    explicit = robustfl.load_scenario("quick", ["metrics.every=1"])
+    other = robustfl.load_scenario("quick", ["metrics.every=5"])
+    assert cell_key(plain, "alie", "krum", 0) == cell_key(explicit, "alie", "krum", 0)
+    assert cell_key(plain, "alie", "krum", 0) != cell_key(other, "alie", "krum", 0)
+    skip = ("matrix", "bound", "attack", "defense", "metrics")
+    data = {k: v for k, v in plain.data.items() if k not in skip}
+    want = robustfl.scenario.config_hash(
+        {"scenario": data, "attack": "alie", "defense": "krum", "seed": 0, "schema": 1}
+    )
+    assert cell_key(plain, "alie", "krum", 0) == want  # the previous release's key, computed independently

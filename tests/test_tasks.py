@@ -444,3 +444,12 @@ def test_scalar_quadratic_optimum_and_objective_match_dense_transcription() -> N
     assert abs(p.objective(w) - f_ref) <= 1e-12 * abs(f_ref)
     per_client = torch.func.vmap(p.loss, in_dims=(None, 0, 0))(w, p.client_data, p.client_mask)
     torch.testing.assert_close(per_client.mean(), torch.tensor(f_ref, dtype=torch.float64))
+
+
+def test_fltrust_cnn_has_the_papers_parameter_count() -> None:
+    """FLTrust's MNIST CNN: conv 30@3x3, conv 50@3x3, linear 1250 -> 100 -> 10, counted by hand."""
+    from robustfl.tasks._flat import FlatModel, fltrust_cnn, meta_module
+
+    by_hand = (30 * 1 * 3 * 3 + 30) + (50 * 30 * 3 * 3 + 50) + (50 * 5 * 5 * 100 + 100) + (100 * 10 + 10)
+    assert by_hand == 139_960
+    assert FlatModel(meta_module(lambda: fltrust_cnn(28, 10))).numel == by_hand

@@ -1,4 +1,8 @@
-"""A Little Is Enough (Baruch, Baruch, Goldberg, NeurIPS 2019).
+"""ALIE, A Little Is Enough: every attacker sends mu + z * sigma, inside the honest spread per
+coordinate.
+
+Paper: Baruch, Baruch, Goldberg, "A Little Is Enough: Circumventing Defenses For Distributed
+Learning", NeurIPS 2019
 
 Every attacker sends ``mu + z * sigma``: mu, sigma the coordinate-wise mean and population std
 (ddof 0) of the rows it knows (honest where HONEST is granted, else its own). Default z from the

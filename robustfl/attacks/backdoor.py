@@ -1,12 +1,18 @@
-"""Backdoor (BadNets-style data poisoning; Gu, Dolan-Gavitt, Garg 2017; Bagdasaryan et al. 2020).
+"""Backdoor: BadNets-style data poisoning; Byzantine clients train on trigger-stamped images relabelled
+to a target class.
 
-Each Byzantine client stamps a ``trigger_size`` x ``trigger_size`` white square (pixel value 1.0,
-images in [0, 1]) in the bottom-right corner of ``n_p = floor(poison_fraction * n + 0.5)`` of its
-n images (the project's fraction-to-count rule), chosen by ``torch.randperm(n, generator)[:n_p]``,
-and relabels those ``target_label``; the other images and labels are untouched. It then trains
-honestly and sends the rows (``__call__`` returns ``own`` unchanged). The runner measures
-``attack_success_rate`` on test images whose true label differs from the target, stamped with
-:meth:`trigger`. Image tasks only (:meth:`setup` refuses others with a ConfigError). Robust rules
+Paper: Gu, Dolan-Gavitt, Garg, "BadNets: Identifying Vulnerabilities in the Machine Learning Model
+Supply Chain", 2017; Bagdasaryan, Veit, Hua, Estrin, Shmatikov, "How To Backdoor Federated
+Learning", AISTATS 2020
+
+Each Byzantine client stamps a ``trigger_size`` x ``trigger_size`` white square (pixel value 1.0, images
+in [0, 1]) in the bottom-right corner (``position = "corner"``, the default; ``"centre"``: the square
+whose top-left pixel is ((H - s) // 2, (W - s) // 2), on pixels that digits light) of ``n_p =
+floor(poison_fraction * n + 0.5)`` of its n images (the project's fraction-to-count rule), chosen by
+``torch.randperm(n, generator)[:n_p]``, and relabels those ``target_label``; the other images and labels
+are untouched. It then trains honestly and sends the rows (``__call__`` returns ``own`` unchanged). The
+runner measures ``attack_success_rate`` on test images whose true label differs from the target, stamped
+with :meth:`trigger`. Image tasks only (:meth:`setup` refuses others with a ConfigError). Robust rules
 do not bound it: the rows can be close to honest ones while the trigger is learned; combine with
 ``scaling`` (base = "backdoor") for the FLTrust paper's Scaling attack.
 
@@ -27,9 +33,10 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..types import AttackContext, Knowledge, TaskInfo
-from ._common import check_int, check_real
+from ._common import check_choice, check_int, check_real
 
 WHITE = 1.0
+POSITIONS = ("corner", "centre")
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Backdoor:
     target_label: int = 0
     trigger_size: int = 3
     poison_fraction: float = 0.5
+    position: str = "corner"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     poisons_data: bool = field(default=True, init=False, repr=False)
     input_shape: tuple[int, ...] | None = field(default=None, init=False, repr=False)
@@ -45,6 +53,7 @@ class Backdoor:
         self.target_label = check_int("backdoor", "target_label", self.target_label, low=0)
         self.trigger_size = check_int("backdoor", "trigger_size", self.trigger_size, low=1)
         self.poison_fraction = check_real("backdoor", "poison_fraction", self.poison_fraction, low=0, high=1)
+        self.position = check_choice("backdoor", "position", self.position, POSITIONS)
 
     def setup(self, info: TaskInfo) -> None:
         if not info.is_image or len(info.input_shape) < 2:
@@ -64,10 +73,12 @@ class Backdoor:
         if img.ndim < 3:
             raise ConfigError("attack backdoor: images must be (n, [C,] H, W); call setup(task info) first")
         ts = self.trigger_size
+        h, w = img.shape[-2], img.shape[-1]
+        r0, c0 = (h - ts, w - ts) if self.position == "corner" else ((h - ts) // 2, (w - ts) // 2)
         if rows is None:
-            img[..., -ts:, -ts:] = WHITE
+            img[..., r0 : r0 + ts, c0 : c0 + ts] = WHITE
         else:
-            img[rows, ..., -ts:, -ts:] = WHITE
+            img[rows, ..., r0 : r0 + ts, c0 : c0 + ts] = WHITE
         return out
 
     def trigger(self, x: Tensor) -> Tensor:

@@ -1,4 +1,8 @@
-"""Fang et al.'s full-knowledge attack on Krum (USENIX Security 2020).
+"""Fang et al.'s full-knowledge attack on Krum: all attackers send -lambda * sign(mu), the largest
+lambda Krum still selects.
+
+Paper: Fang, Cao, Jia, Gong, "Local Model Poisoning Attacks to Byzantine-Robust Federated Learning",
+USENIX Security 2020
 
 All f attackers send the same row ``-lambda * s``, s = sign(mu), mu the honest rows' mean (the
 direction the model would move without attack). lambda is the largest of

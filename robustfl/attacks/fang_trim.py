@@ -1,4 +1,8 @@
-"""Fang et al.'s full-knowledge attack on the median and trimmed mean (USENIX Security 2020).
+"""Fang et al.'s full-knowledge attack on the median and trimmed mean: values just beyond the honest
+extremes, against the honest direction.
+
+Paper: Fang, Cao, Jia, Gong, "Local Model Poisoning Attacks to Byzantine-Robust Federated Learning",
+USENIX Security 2020
 
 From the honest rows u_i (HONEST): per coordinate j, ``s_j = sign(sum_i u_ij)`` (the direction the
 aggregate would move without attack); ``e_j = min_i u_ij`` if s_j > 0 else ``max_i u_ij``; each

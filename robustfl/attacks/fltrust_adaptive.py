@@ -1,4 +1,8 @@
-"""The adaptive attack on FLTrust (Cao, Fang, Liu, Gong, NDSS 2021, Section on adaptive attacks).
+"""The adaptive attack on FLTrust: unit directions optimised to pull FLTrust's aggregate against its
+own direction.
+
+Paper: Cao, Fang, Liu, Gong, "FLTrust: Byzantine-robust Federated Learning via Trust Bootstrapping",
+NDSS 2021 (section on adaptive attacks)
 
 FLTrust (SPEC section 1): with server update g0, ``TS_i = ReLU(cos(u_i, g0))``, rows rescaled to
 ``||g0||``, ``g = sum_i TS_i ||g0|| u_i/||u_i|| / sum_j TS_j`` (zero when sum TS <= eps). Since the

@@ -1,4 +1,8 @@
-"""Inner-product manipulation (Xie, Koyejo, Gupta, UAI 2020).
+"""Inner-product manipulation, IPM: every attacker sends -epsilon * mu, mu the mean of the rows it
+knows.
+
+Paper: Xie, Koyejo, Gupta, "Fall of Empires: Breaking Byzantine-tolerant SGD by Inner Product
+Manipulation", UAI 2020
 
 Every attacker sends ``-epsilon * mu``, mu the coordinate-wise mean of the rows it knows (honest
 rows where HONEST is granted, else its own). Against the plain mean the aggregate's inner product

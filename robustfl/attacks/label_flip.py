@@ -1,4 +1,8 @@
-"""Label flipping (data poisoning; e.g. Tolpegin et al., ESORICS 2020; Fang et al. 2020).
+"""Label flipping: data poisoning; the Byzantine clients train honestly on labels l -> C - 1 - l.
+
+Paper: Tolpegin, Truex, Gursoy, Liu, "Data Poisoning Attacks Against Federated Learning Systems",
+ESORICS 2020; Fang, Cao, Jia, Gong, "Local Model Poisoning Attacks to Byzantine-Robust Federated
+Learning", USENIX Security 2020
 
 The Byzantine clients train honestly on relabelled data, ``l -> C - 1 - l`` for C classes, and
 send the rows so trained (``__call__`` returns ``own`` unchanged). Classification tasks only:

@@ -1,5 +1,7 @@
-"""Mimic (Karimireddy, He, Jaggi, ICLR 2022: "Byzantine-robust learning on heterogeneous datasets
-via bucketing").
+"""Mimic: every Byzantine client copies one honest row, over-representing one client's data.
+
+Paper: Karimireddy, He, Jaggi, "Byzantine-Robust Learning on Heterogeneous Datasets via Bucketing",
+ICLR 2022
 
 All Byzantine clients copy one honest row: ``target`` (an index into the honest rows) or by
 default the honest row farthest from the honest mean mu (ties: the lowest index). Every row sent

@@ -1,4 +1,8 @@
-"""Min-Max (Shejwalkar & Houmansadr, NDSS 2021).
+"""Min-Max: mu + gamma * p, gamma the largest keeping the malicious row's farthest distance within the
+honest rows' largest pairwise distance.
+
+Paper: Shejwalkar, Houmansadr, "Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
+Defenses for Federated Learning", NDSS 2021
 
 Every attacker sends ``m = mu + gamma * p`` with mu, sigma the mean and std (``ddof``, default 0:
 population) of the known rows u_i (honest where HONEST is granted, else own), ``perturbation`` p

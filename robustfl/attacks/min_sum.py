@@ -1,4 +1,8 @@
-"""Min-Sum (Shejwalkar & Houmansadr, NDSS 2021).
+"""Min-Sum: mu + gamma * p, gamma the largest keeping the malicious row's summed squared distances
+within the honest rows' largest.
+
+Paper: Shejwalkar, Houmansadr, "Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
+Defenses for Federated Learning", NDSS 2021
 
 Every attacker sends ``m = mu + gamma * p`` (mu, sigma, p as in min_max: mean and std (``ddof``,
 default 0: population) of the known rows u_i, honest where HONEST is granted else own;

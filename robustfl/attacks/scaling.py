@@ -1,4 +1,9 @@
-"""Scaling (boosting / model replacement; Bagdasaryan et al., AISTATS 2020; Bhagoji et al. 2019).
+"""Scaling (boosting / model replacement): the rows, or a base attack's, multiplied by a factor lambda
+(default K).
+
+Paper: Bagdasaryan, Veit, Hua, Estrin, Shmatikov, "How To Backdoor Federated Learning", AISTATS
+2020; Bhagoji, Chakraborty, Mittal, Calo, "Analyzing Federated Learning through an Adversarial
+Lens", ICML 2019
 
 ``rows = factor * x`` with x = ``own`` (no ``base``) or the rows of the ``base`` attack; ``factor``
 lambda defaults to K (``ctx.num_clients``), the boost that lets one client replace the mean.

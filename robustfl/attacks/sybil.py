@@ -1,4 +1,7 @@
-"""Sybil: several Byzantine identities send one crafted vector (Fung et al., FoolsGold, 2020).
+"""Sybil: several Byzantine identities send one crafted vector (near-duplicates).
+
+Paper: Fung, Yoon, Beschastnikh, "The Limitations of Federated Learning in Sybil Settings", RAID
+2020
 
 The first ``identities`` of the f Byzantine rows (default all; more than f means all f) send
 ``v + jitter * z_i`` with v the mean of the ``base`` attack's rows (base default ``sign_flip``, so

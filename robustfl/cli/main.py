@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -44,7 +45,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _scenario_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
     if optional:
-        p.add_argument("scenario", nargs="?", default=None, help="scenario name or TOML path")
+        p.add_argument(
+            "scenario", nargs="?", default=None, help="scenario name (under scenarios/) or a TOML path"
+        )
     else:
         p.add_argument("scenario", help="scenario name (under scenarios/) or a TOML path")
     p.add_argument(
@@ -53,8 +56,13 @@ def _scenario_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
         default=[],
         metavar="SECTION.KEY=VALUE",
         dest="overrides",
-        help="override a scenario value (repeatable), e.g. --set federation.clients=50",
+        help="override a scenario value (repeatable), e.g. --set federation.clients=50; attack.P / "
+        "defense.P also set parameter P of the attack or defense chosen (run: --attack; matrix: every "
+        "entry that has P, refused if none has)",
     )
+
+
+_LISTS = ["attacks", "defenses", "tasks", "algorithms", "sharing", "scenarios"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,25 +71,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one cell (the scenario's [attack] and [defense])")
     _scenario_args(p)
-    p.add_argument("--attack")
-    p.add_argument("--defense")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--allow-outside-guarantee", action="store_true")
+    p.add_argument(
+        "--attack",
+        metavar="NAME",
+        help="attack to run (default: the scenario's [attack]); a label of a matrix.attacks entry "
+        "picks that entry; see `robustfl list attacks`",
+    )
+    p.add_argument(
+        "--defense",
+        metavar="NAME",
+        help="defense to run (default: the scenario's [defense]); a label of a matrix.defenses entry "
+        "picks that entry; see `robustfl list defenses`",
+    )
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="the cell's seed (default 0)")
+    p.add_argument("--json", metavar="PATH", help="write the cell (rounds and final metrics) as JSON")
+    p.add_argument(
+        "--allow-outside-guarantee",
+        action="store_true",
+        help="run a rule below its min_clients (flagged) instead of refusing",
+    )
     _common(p)
 
     p = sub.add_parser("matrix", help="run an attack x defense x seed matrix (resumable)")
     _scenario_args(p)
-    p.add_argument("--attacks", help="comma-separated attack names (default: the scenario's)")
-    p.add_argument("--defenses", help="comma-separated defense names (default: the scenario's)")
+    p.add_argument(
+        "--attacks",
+        help="comma-separated labels of the scenario's matrix.attacks entries or attack names "
+        "(default: the scenario's)",
+    )
+    p.add_argument(
+        "--defenses",
+        help="comma-separated labels of the scenario's matrix.defenses entries or defense names "
+        "(default: the scenario's)",
+    )
     p.add_argument("--seeds", help="comma-separated seeds (default: the scenario's)")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="local processes (default) or Ray tasks (needs the ray extra)",
+    )
     p.add_argument("--address", help="Ray cluster address (default: a local Ray instance)")
     p.add_argument("--store", help="SQLite results store (default: runs/<scenario>.db)")
-    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--json", metavar="PATH", help="write the scenario, provenance and every cell as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a heatmap PNG")
-    p.add_argument("--cell-timeout", type=float, default=None, metavar="S")
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="record a cell still running after S seconds as failed and go on",
+    )
     p.add_argument(
         "--allow-outside-guarantee",
         action="store_true",
@@ -91,26 +132,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bound", help="check FLTrust's error bound (Theorem 1) empirically")
     _scenario_args(p, optional=True)
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--plot", metavar="PATH")
+    p.add_argument("--json", metavar="PATH", help="write the bound check's results as JSON")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG of the measured error against the bound")
     _common(p)
 
     p = sub.add_parser("validate", help="check a scenario without running it")
     _scenario_args(p)
-    p.add_argument("--allow-outside-guarantee", action="store_true")
+    p.add_argument(
+        "--allow-outside-guarantee",
+        action="store_true",
+        help="accept rules below their min_clients (a matrix would run them, flagged)",
+    )
     _common(p)
 
-    p = sub.add_parser("list", help="list attacks, defenses, tasks or scenarios")
-    p.add_argument(
-        "what", nargs="?", default="all", choices=["all", "attacks", "defenses", "tasks", "scenarios"]
+    p = sub.add_parser(
+        "list", help="the catalogue: attacks, defenses (with pre-aggregators), tasks, algorithms, ..."
     )
-    p.add_argument("--json", action="store_true", help='print [{"name", "origin"}]')
+    p.add_argument(
+        "what",
+        nargs="?",
+        default="all",
+        choices=["all", *_LISTS],
+        help="which part of the catalogue (default: all)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print [{"name", "origin", "kind", "description", "paper"}] ({part: [...]} for all)',
+    )
+    _common(p)
+
+    p = sub.add_parser("show", help="one attack, defense, task, algorithm or sharing scheme in full")
+    p.add_argument("name", help="its name, as `robustfl list` shows it")
+    p.add_argument("--json", action="store_true", help="print it as one JSON object")
     _common(p)
 
     p = sub.add_parser("report", help="show a results store")
-    p.add_argument("store")
-    p.add_argument("--format", default="table", choices=["table", "csv", "json", "markdown", "html"])
-    p.add_argument("--output", metavar="PATH")
+    p.add_argument("store", help="the SQLite results store a matrix wrote")
+    p.add_argument(
+        "--format",
+        default="table",
+        choices=["table", "csv", "json", "markdown", "html"],
+        help="output format (default: table)",
+    )
+    p.add_argument("--output", metavar="PATH", help="write to PATH instead of standard output")
     p.add_argument(
         "--published",
         default="auto",
@@ -121,16 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("compare", help="what changed, cell by cell, between two stores")
-    p.add_argument("store_a")
-    p.add_argument("store_b")
+    p.add_argument("store_a", help="the first results store (A)")
+    p.add_argument("store_b", help="the second results store (B)")
     _common(p)
 
     p = sub.add_parser("plugin", help="plugin tools")
     psub = p.add_subparsers(dest="plugin_command", required=True, parser_class=_Parser)
     pn = psub.add_parser("new", help="write an installable plugin package")
-    pn.add_argument("name")
-    pn.add_argument("--kind", required=True, choices=["attack", "defense"])
-    pn.add_argument("--dir", default=".")
+    pn.add_argument("name", help="the plugin's name (a Python identifier)")
+    pn.add_argument("--kind", required=True, choices=["attack", "defense"], help="what the plugin provides")
+    pn.add_argument("--dir", default=".", help="where to write the package (default: .)")
     _common(pn)
     return parser
 
@@ -198,13 +263,14 @@ def _write_json(path: str, obj: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..simulation.components import chosen_spec
     from ..simulation.matrix import Job, _failed, set_up
     from ..simulation.runner import clean_reference
     from . import render
 
-    sc = _load(args)
-    attack: Any = args.attack if args.attack else _section(sc, "attack")
-    defense: Any = args.defense if args.defense else _section(sc, "defense")
+    sc = _load(args)  # --set attack.* / defense.* apply to the attack and defense chosen
+    attack: Any = chosen_spec(sc, "attack", args.attack or None)
+    defense: Any = chosen_spec(sc, "defense", args.defense or None)
     sim = set_up(sc, attack, defense, args.seed, args.allow_outside_guarantee, device=args.device)
     try:
         ref = None
@@ -222,16 +288,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if cell.status == "failed" else 0
 
 
-def _section(sc: Any, name: str) -> Any:
-    sec = dict(sc.section(name))
-    return sec["name"] if len(sec) == 1 else sec
-
-
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from ..simulation.matrix import Interrupted, _interrupted_message, run_matrix
+    from ..simulation.components import refuse_choice_settings
+    from ..simulation.matrix import Interrupted, _interrupted_message, failure_summary, run_matrix
     from . import render
 
     sc = _load(args)
+    refuse_choice_settings(sc.settings)
     store = args.store or str(Path("runs") / f"{sc.name}.db")
     Path(store).parent.mkdir(parents=True, exist_ok=True)
     if args.workers is not None and args.workers < 1:
@@ -274,6 +337,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             + (f"  json: {args.json}" if args.json else "")
             + (f"  plot: {args.plot}" if args.plot else "")
         )
+    summary = failure_summary(result.cells)
+    if summary is not None:  # never looks like success: one line on stderr, exit 1
+        line = summary.replace(" (see result.failed)", "; rerun the command to retry them")
+        print(f"robustfl: {line}", file=sys.stderr)
     return 1 if result.failed else 0
 
 
@@ -288,63 +355,196 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def _catalogue(part: str) -> list[dict[str, Any]]:
+    """One part of ``robustfl list``: every entry's name, origin, kind, description and paper
+    (from its module's docstring); the defenses are followed by the pre-aggregators."""
     from .. import attacks, defenses, tasks
     from ..errors import PluginError
-    from ..scenario import scenario_names
-    from . import render
+    from ..registry import doc_parts
+    from ..scenario import ALGORITHM_PARAMS, SHARING_PARAMS, find_scenario, scenario_names
 
-    regs = {"attacks": attacks.registry, "defenses": defenses.registry, "tasks": tasks.registry}
-    kinds = ["attacks", "defenses", "tasks", "scenarios"] if args.what == "all" else [args.what]
-    out: dict[str, list[dict[str, str]]] = {}
-    for kind in kinds:
-        if kind == "scenarios":
-            out[kind] = [{"name": n, "origin": "built-in"} for n in scenario_names()]
-            continue
-        reg = regs[kind]
+    if part == "scenarios":
         rows = []
+        for n in scenario_names():
+            doc = _scenario_doc(find_scenario(n))
+            rows.append({"name": n, "origin": "built-in", "kind": "scenario", "description": doc})
+            rows[-1]["paper"] = ""
+        return rows
+    if part in ("algorithms", "sharing"):
+        names = ALGORITHM_PARAMS if part == "algorithms" else SHARING_PARAMS
+        kind = "algorithm" if part == "algorithms" else "sharing scheme"
+        return [
+            {"name": n, "origin": "built-in", "kind": kind, **_short(doc_parts(_federation_class(n)))}
+            for n in names
+        ]
+    regs = {"attacks": [attacks.registry], "defenses": [defenses.registry, defenses.pre_registry]}
+    rows = []
+    for reg in regs.get(part, [tasks.registry]):
         for name, origin in reg.items():
-            if origin != "built-in":
-                try:
-                    reg.get(name)
-                except PluginError as exc:
-                    print(f"robustfl: warning: {exc}", file=sys.stderr)
-                    origin = f"{origin} (broken)"
-            rows.append({"name": name, "origin": origin})
-        out[kind] = rows
+            row: dict[str, Any] = {"name": name, "origin": origin, "kind": reg.kind}
+            try:
+                row.update(_short(doc_parts(reg.get(name))))
+            except PluginError as exc:
+                print(f"robustfl: warning: {exc}", file=sys.stderr)
+                row.update(origin=f"{origin} (broken)", description="", paper="")
+            rows.append(row)
+    return rows
+
+
+def _short(parts: dict[str, str]) -> dict[str, str]:
+    return {"description": parts["description"], "paper": parts["paper"]}
+
+
+def _scenario_doc(path: Path) -> str:
+    """A scenario file's description: its leading comment's first sentence."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    text = " ".join(x for x in lines if x)
+    end = text.find(". ")
+    return text[: end + 1] if end >= 0 else text
+
+
+def _federation_class(name: str) -> Any:
+    import importlib
+
+    table = {
+        "fedavg": "base:Algorithm",
+        "fedprox": "fedprox:FedProx",
+        "feddyn": "feddyn:FedDyn",
+        "full": "base:Sharing",
+        "psfed": "psfed:PSFed",
+    }
+    module, _, attr = table[name].partition(":")
+    return getattr(importlib.import_module(f"robustfl.federation.{module}"), attr)
+
+
+def _wrap(text: str, width: int, indent: str) -> str:
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(text, width=max(40, width), initial_indent=indent, subsequent_indent=indent)
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import shutil
+
+    parts = _LISTS if args.what == "all" else [args.what]
+    out = {part: _catalogue(part) for part in parts}
     if args.json:
-        print(json.dumps(out[kinds[0]] if len(kinds) == 1 else out, indent=1))
-    else:
-        render.print_listing(out)
+        print(json.dumps(out[parts[0]] if len(parts) == 1 else out, indent=1))
+        return 0
+    width = shutil.get_terminal_size((100, 24)).columns - 1
+    blocks = []
+    for part, rows in out.items():
+        lines = [f"{part}:"]
+        for r in rows:
+            marks = [r["kind"]] if r["kind"] == "pre-aggregator" else []
+            marks += [] if r["origin"] == "built-in" else [r["origin"]]
+            head = f"  {r['name']}" + (f"  [{', '.join(marks)}]" if marks else "")
+            lines.append(head)
+            if r["description"]:
+                lines.append(_wrap(r["description"], width, "      "))
+            if r["paper"]:
+                lines.append(_wrap(f"paper: {r['paper']}", width, "      "))
+        blocks.append("\n".join(lines))
+    print("\n\n".join(blocks))
+    if args.what in ("all", "attacks", "defenses"):
+        print("\n`robustfl show NAME`: parameters, defaults, constraints, knowledge and the formula.")
+    return 0
+
+
+def _show_info(name: str) -> dict[str, Any]:
+    """Everything ``robustfl show NAME`` prints, from the registries and the docstrings."""
+    from .. import attacks, defenses, tasks
+    from ..errors import UnknownNameError
+    from ..registry import doc_parts
+    from ..scenario import ALGORITHM_PARAMS, SHARING_PARAMS
+
+    for reg in (attacks.registry, defenses.registry, defenses.pre_registry, tasks.registry):
+        if name in reg:
+            return reg.info(name)
+    for table, kind in ((ALGORITHM_PARAMS, "algorithm"), (SHARING_PARAMS, "sharing scheme")):
+        if name in table:
+            params = [
+                {"name": k, "default": default, "constraint": _constraint_text(cons, typ)}
+                for k, (default, typ, cons) in table[name].items()
+            ]
+            return {
+                "name": name,
+                "kind": kind,
+                "origin": "built-in",
+                **doc_parts(_federation_class(name)),
+                "parameters": params,
+            }
+    known = [*attacks.names(), *defenses.names(), *defenses.pre_registry.names(), *tasks.names()]
+    raise UnknownNameError("component", name, [*known, *ALGORITHM_PARAMS, *SHARING_PARAMS])
+
+
+def _constraint_text(cons: str, typ: str) -> str:
+    """A scenario schema constraint in words: "choice:a,b" -> "one of 'a', 'b'", ">=0" -> ">= 0"."""
+    if cons.startswith("choice:"):
+        return "one of " + ", ".join(repr(c) for c in cons.split(":", 1)[1].split(","))
+    words = {"[0,1]": "in [0, 1]", "(0,1]": "in (0, 1]", "": ""}
+    text = words[cons] if cons in words else re.sub(r"^(>=|<=|>|<)\s*", r"\1 ", cons)
+    kind = {"float": "a number", "int": "an integer", "str": "a string"}.get(typ, typ)
+    return f"{kind} {text}".strip()
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    import shutil
+
+    info = _show_info(args.name)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    width = shutil.get_terminal_size((100, 24)).columns - 1
+    lines = [f"{info['name']}  ({info['kind']}, {info['origin']})"]
+    if info.get("description"):
+        lines.append(_wrap(info["description"], width, "  "))
+    if info.get("paper"):
+        lines.append(_wrap(f"paper: {info['paper']}", width, "  "))
+    if "knowledge" in info:
+        data = "yes (its clients train on poisoned data)" if info.get("poisons_data") else "no"
+        lines.append(f"  knowledge needed: {info['knowledge']}   data poisoning: {data}")
+    params = info.get("parameters", [])
+    lines.append("parameters:" if params else "parameters: none")
+    for prm in params:
+        default = "required" if prm.get("required") else f"default {prm['default']!r}"
+        lines.append(f"  {prm['name']}: {default}; {prm['constraint']}")
+    if info.get("details"):  # the docstring as written: formulas keep their layout
+        lines.append("formula and details:")
+        lines.extend(f"  {line}".rstrip() for line in info["details"].splitlines())
+    print("\n".join(lines))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..simulation.store import Store
+    from ..simulation.published import compare_published, match_tables
+    from ..simulation.report import load_store
     from . import render
 
     if not Path(args.store).is_file():
         raise ConfigError(f"store {args.store!r} does not exist")
-    from ..simulation.published import compare_published, match_tables
-
-    with Store(args.store) as st:
-        cells = st.cells()
-        run = st.latest_run()
-    tables = match_tables(run[0] if run else None, run[1] if run else None, args.published)
+    # Every setting the store holds, kept apart: the cells' sweep points carry the keys that differ.
+    view = load_store(args.store)
+    cells = view.cells
+    tables = match_tables(view.scenario, view.provenance, args.published)
     published = [compare_published(cells, t) for t in tables]
-    if args.format == "table" and not args.output:
-        render.print_matrix(cells, title=f"{args.store}", show_time=True)
-        render.print_published(published)
-        return 0
     if args.format == "html":  # one self-contained page: heatmap, tables, curves, provenance
         from ..simulation.html import page
 
         text = page(
             cells,
-            run[0] if run else None,
-            run[1] if run else None,
+            view.scenario,
+            view.provenance,
             title=f"robustfl results: {Path(args.store).name}",
             published=published,
+            runs=view.runs,
+            setting_keys=view.keys,
         )
         if args.output:
             out = Path(args.output)
@@ -353,84 +553,32 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
             sys.stdout.flush()
-        return 0
-    render.print_report(
-        cells,
-        args.format,
-        output=args.output,
-        scenario=run[0] if run else None,
-        provenance=run[1] if run else None,
-        published=published,
-    )
+    else:
+        render.print_report(
+            cells,
+            args.format,
+            output=args.output,
+            scenario=view.scenario,
+            provenance=view.provenance,
+            published=published,
+            runs=view.runs,
+            setting_keys=view.keys,
+            title=str(args.store),
+        )
+    if args.output and not args.quiet:
+        render.print_note(f"wrote {args.output}")
     return 0
 
 
-def _open_cells(path: str) -> list[Any]:
-    from ..errors import StoreError
-    from ..simulation.store import Store
-
-    if not Path(path).is_file():
-        raise ConfigError(f"store {path!r} does not exist")
-    with Store(path) as st:
-        try:
-            return st.cells()
-        except (TypeError, AttributeError) as exc:  # a row whose JSON has the wrong shape
-            raise StoreError(f"store {path} is corrupt: cannot read the cells: {exc}") from None
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from ..simulation.compare import compare_stores, counts
+    from . import render
 
-    from ..simulation.compare import compare, counts
-    from ..simulation.report import format_value, sweep_label
-
-    rows = compare(_open_cells(args.store_a), _open_cells(args.store_b))
-    n = counts(rows)
-    console = Console()
-
-    def num(x: float | None, delta: bool = False) -> str:
-        if x is None:
-            return "—"
-        return (f"{x:+.3g}" if delta else format_value(x)) if x == x else "nan"
-
-    styles = {"status": "bold magenta", "changed": "yellow", "only_a": "red", "only_b": "green"}
-    words = {"status": "status", "changed": "values", "only_a": "only in A", "only_b": "only in B"}
-    changed = [r for r in rows if r["change"] != "same"]
-    if changed:
-        show_sweep = any(r["sweep"] for r in changed)
-        metrics = [("relative_drift", "drift")]
-        if any(r["accuracy_a"] is not None or r["accuracy_b"] is not None for r in changed):
-            metrics.append(("accuracy", "acc"))
-        table = Table(title=f"A = {args.store_a}   B = {args.store_b}", title_justify="left")
-        for col in [*(["sweep"] if show_sweep else []), "attack", "defense", "seed", "change", "status"]:
-            table.add_column(col, justify="right" if col == "seed" else "left")
-        for _, short in metrics:
-            for col in (f"{short} A", f"{short} B", f"Δ {short}"):
-                table.add_column(col, justify="right")
-        for r in changed:
-            a, b = r["status_a"], r["status_b"]
-            status = f"{a} -> {b}" if a is not None and b is not None and a != b else str(a or b)
-            values = []
-            for m, _ in metrics:
-                values += [num(r[f"{m}_a"]), num(r[f"{m}_b"]), num(r[f"{m}_delta"], delta=True)]
-            table.add_row(
-                *([sweep_label(r["sweep"])] if show_sweep else []),
-                r["attack"],
-                r["defense"],
-                str(r["seed"]),
-                Text(words[r["change"]], style=styles[r["change"]]),
-                status,
-                *values,
-            )
-        console.print(table)
-    line = (
-        f"{len(rows)} cells: {n['same']} unchanged, {n['changed']} changed values, {n['status']} changed "
-        f"status, {n['only_a']} only in A, {n['only_b']} only in B"
-    )
-    line += "" if changed else " (no differences)"
-    console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for path in (args.store_a, args.store_b):
+        if not Path(path).is_file():
+            raise ConfigError(f"store {path!r} does not exist")
+    rows, keys = compare_stores(args.store_a, args.store_b)
+    render.print_compare(rows, counts(rows), args.store_a, args.store_b, keys)
     return 0
 
 
@@ -454,6 +602,7 @@ _COMMANDS = {
     "matrix": cmd_matrix,
     "validate": cmd_validate,
     "list": cmd_list,
+    "show": cmd_show,
     "report": cmd_report,
     "compare": cmd_compare,
     "bound": cmd_bound,

@@ -2,10 +2,13 @@
 
 With bound_render.py, the only modules of robustfl that import rich; a thin layer: the numbers come from
 :func:`robustfl.simulation.report.summarize`, so the table, the CSV/Markdown/HTML reports and
-the heatmap agree. Colours go from safe to broken by the final relative drift (green < 0.1,
-yellow < 0.5, dark orange < 1, red >= 1 or diverged); ``failed`` cells are magenta; a cell run
-outside its rule's guarantee carries a ``†`` explained in the caption. Every label is shown as
-plain text (an attack labelled ``alie[z=1]`` is not rich markup).
+the heatmap agree: ± is the half-width of the 95 % Student-t interval over seeds everywhere, and
+the colours are the one fixed scale of every view (``report.BANDS``: green < 0.1, yellow < 0.5,
+dark orange < 1, red >= 1 or diverged; the HTML page and the heatmap use
+``report.BAND_COLOURS`` for the same bands), stated in each table's caption; ``failed`` cells
+are magenta; a cell run outside its rule's guarantee carries a ``†`` explained in the caption.
+A store holding several settings shows one table per setting, titled with the keys that differ.
+Every label is shown as plain text (an attack labelled ``alie[z=1]`` is not rich markup).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def _console(console: Console | None) -> Console:
 
 
 def _cell_text(group: Mapping[str, Any] | None, seconds: float | None = None) -> Text:
-    """A summary's "mean ± std" in its band's colour; with ``seconds``, a dim second line."""
+    """A summary's "mean ± 95 % half-width" in its band's colour; with ``seconds``, a dim second line."""
     if group is None:
         return Text("—", style="dim")
     text = Text(group["text"], style=STYLES.get(report.severity(group) or "", ""))
@@ -152,8 +155,8 @@ def print_sweep(
 def matrix_table(
     cells: Iterable[Cell], metric: str = "relative_drift", title: str | None = None, show_time: bool = False
 ) -> Table:
-    """Rows attacks, columns defenses (first-seen order), "mean ± std" of the final metric over
-    seeds; several sweep points come stacked in one grid, one table per point."""
+    """Rows attacks, columns defenses (first-seen order), "mean ± 95 % half-width" of the final
+    metric over seeds; several sweep points come stacked in one grid, one table per point."""
     tables = matrix_tables(cells, metric, title, show_time)
     if len(tables) == 1:
         return tables[0]
@@ -281,20 +284,33 @@ def print_report(
     scenario: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     published: Sequence[_published.Comparison] = (),
+    runs: Sequence[Mapping[str, Any]] = (),
+    setting_keys: Sequence[str] = (),
+    title: str | None = None,
 ) -> None:
     """``robustfl report``: the table (rich) or csv/json/markdown/html text, to ``output`` or
-    stdout; ``published`` comparisons follow the table (and go into json/markdown/html)."""
+    stdout; ``published`` comparisons follow the table (and go into json/markdown/html);
+    ``setting_keys`` (the keys that tell a store's settings apart) are named above the tables,
+    ``runs`` go into json."""
+
+    def tables(con: Console) -> None:
+        note = report.settings_note(setting_keys, cells)
+        if note:
+            con.print(Text(note, style="bold"), soft_wrap=True)
+        print_matrix(cells, con, metric, title=title, show_time=True)
+        print_published(published, con)
+
     if format == "table":
         if output is None:
-            print_matrix(cells, console, metric, show_time=True)
-            print_published(published, console)
+            tables(_console(console))
             return
         rec = Console(record=True, width=200, file=io.StringIO())
-        print_matrix(cells, rec, metric, show_time=True)
-        print_published(published, rec)
+        tables(rec)
         text = rec.export_text()
     else:
-        text = report.render(cells, format, metric, scenario, provenance, published)
+        text = report.render(
+            cells, format, metric, scenario, provenance, published, runs=runs, setting_keys=setting_keys
+        )
     if output is None:
         out = console.file if console is not None else sys.stdout
         out.write(text)
@@ -302,6 +318,65 @@ def print_report(
     else:
         with open(output, "w", encoding="utf-8", newline="") as f:
             f.write(text)
+
+
+def print_compare(
+    rows: Sequence[Mapping[str, Any]],
+    counts: Mapping[str, int],
+    name_a: str,
+    name_b: str,
+    setting_keys: Sequence[str] = (),
+    console: Console | None = None,
+) -> None:
+    """``robustfl compare A B``: the cells that differ (their setting, when the stores hold
+    several, or sweep point), then one line of counts."""
+    console = _console(console)
+
+    def num(x: float | None, delta: bool = False) -> str:
+        if x is None:
+            return "—"
+        return (f"{x:+.3g}" if delta else report.format_value(x)) if x == x else "nan"
+
+    styles = {"status": "bold magenta", "changed": "yellow", "only_a": "red", "only_b": "green"}
+    words = {"status": "status", "changed": "values", "only_a": "only in A", "only_b": "only in B"}
+    changed = [r for r in rows if r["change"] != "same"]
+    if setting_keys:
+        note = f"cells are matched within their setting: {', '.join(setting_keys)} told apart"
+        console.print(Text(note, style="dim"), soft_wrap=True)
+    if changed:
+        show_sweep = any(r["sweep"] for r in changed)
+        metrics = [("relative_drift", "drift")]
+        if any(r["accuracy_a"] is not None or r["accuracy_b"] is not None for r in changed):
+            metrics.append(("accuracy", "acc"))
+        table = Table(title=f"A = {name_a}   B = {name_b}", title_justify="left")
+        heads = ["setting" if setting_keys else "sweep"] if show_sweep else []
+        for col in [*heads, "attack", "defense", "seed", "change", "status"]:
+            table.add_column(Text(col), justify="right" if col == "seed" else "left")
+        for _, short in metrics:
+            for col in (f"{short} A", f"{short} B", f"Δ {short}"):
+                table.add_column(Text(col), justify="right")
+        for r in changed:
+            a, b = r["status_a"], r["status_b"]
+            status = f"{a} -> {b}" if a is not None and b is not None and a != b else str(a or b)
+            values = []
+            for m, _ in metrics:
+                values += [num(r[f"{m}_a"]), num(r[f"{m}_b"]), num(r[f"{m}_delta"], delta=True)]
+            table.add_row(
+                *([Text(report.sweep_label(r["sweep"]))] if show_sweep else []),
+                Text(str(r["attack"])),
+                Text(str(r["defense"])),
+                str(r["seed"]),
+                Text(words[r["change"]], style=styles[r["change"]]),
+                Text(status),
+                *values,
+            )
+        console.print(table)
+    line = (
+        f"{len(rows)} cells: {counts['same']} unchanged, {counts['changed']} changed values, "
+        f"{counts['status']} changed status, {counts['only_a']} only in A, {counts['only_b']} only in B"
+    )
+    line += "" if changed else " (no differences)"
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 class _EtaColumn(ProgressColumn):

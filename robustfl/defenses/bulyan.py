@@ -1,4 +1,8 @@
-"""Bulyan (El Mhamdi, Guerraoui, Rouault, ICML 2018).
+"""Bulyan: K - 2f rows chosen by repeated Krum, then a per-coordinate average of the values closest to
+the median.
+
+Paper: El Mhamdi, Guerraoui, Rouault, "The Hidden Vulnerability of Distributed Learning in
+Byzantium", ICML 2018
 
 1. Selection: theta = K - 2f rows by repeated Krum on the shrinking pool -- a pool of n' rows
    scores each row by the sum of squared distances to its max(0, n' - f - 2) nearest others in the

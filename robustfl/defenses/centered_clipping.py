@@ -1,5 +1,6 @@
-"""Centered clipping (Karimireddy, He, Jaggi, "Learning from History for Byzantine Robust
-Optimization", ICML 2021).
+"""Centered clipping: move the previous aggregate by the mean of the rows' clipped differences to it.
+
+Paper: Karimireddy, He, Jaggi, "Learning from History for Byzantine Robust Optimization", ICML 2021
 
 ``v <- v + (1/K) sum_k clip_tau(u_k - v)``, repeated ``iterations`` L times (default 1), starting
 from the previous round's aggregate (0 at round 0 and after ``reset()``), with

@@ -1,4 +1,8 @@
-"""Divide-and-Conquer (Shejwalkar & Houmansadr, "Manipulating the Byzantine", NDSS 2021, Alg. 2).
+"""Divide-and-Conquer, DnC: drop the rows with the largest projections on the top singular vector of
+random coordinate subsets.
+
+Paper: Shejwalkar, Houmansadr, "Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
+Defenses for Federated Learning", NDSS 2021, Algorithm 2
 
 For each of ``iterations`` (default 5) rounds of the filter:
 1. ``r``: b = min(``subsample``, P) coordinates drawn without replacement --

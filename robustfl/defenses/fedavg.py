@@ -1,5 +1,8 @@
 """FedAvg: the (sample-weighted) mean of the rows -- the baseline every robust rule is measured against.
 
+Paper: McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep
+Networks from Decentralized Data", AISTATS 2017
+
 Formula (McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of
 Deep Networks from Decentralized Data", AISTATS 2017)::
 

@@ -1,4 +1,6 @@
-"""FLAME (Nguyen et al., "FLAME: Taming Backdoors in Federated Learning", USENIX Security 2022).
+"""FLAME: cosine clustering (HDBSCAN) of the rows, norm clipping of the kept ones, optional noise.
+
+Paper: Nguyen et al., "FLAME: Taming Backdoors in Federated Learning", USENIX Security 2022
 
 1. Cosine distances ``c_ij = 1 - cos(u_i, u_j)`` between the rows (a zero row has distance 1 to
    every other), clustered by scikit-learn's HDBSCAN (``metric="precomputed"``,

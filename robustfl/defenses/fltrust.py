@@ -1,5 +1,8 @@
 """FLTrust: trust scores from the cosine with the server's own update, magnitudes normalised to it.
 
+Paper: Cao, Fang, Liu, Gong, "FLTrust: Byzantine-robust Federated Learning via Trust Bootstrapping",
+NDSS 2021
+
 Formula (Cao, Fang, Liu, Gong, "FLTrust: Byzantine-robust Federated Learning via Trust
 Bootstrapping", NDSS 2021), with g0 the server's update on its root data (``ctx.reference``)::
 

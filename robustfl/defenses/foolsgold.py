@@ -1,5 +1,7 @@
-"""FoolsGold (Fung, Yoon, Beschastnikh, "The Limitations of Federated Learning in Sybil
-Settings", RAID 2020, Algorithm 1).
+"""FoolsGold: down-weight clients whose update histories are too similar to another's (Sybils).
+
+Paper: Fung, Yoon, Beschastnikh, "The Limitations of Federated Learning in Sybil Settings", RAID
+2020, Algorithm 1
 
 Per round, for the K clients present (rows keyed by ``ctx.client_ids``; row index if None):
 1. History: ``H_i <- H_i + u_i`` (the summed updates of client i over the rounds it took part in).

@@ -1,4 +1,7 @@
-"""Geometric median by smoothed Weiszfeld (RFA: Pillutla, Kakade, Harchaoui, IEEE TSP 2022).
+"""Geometric median by smoothed Weiszfeld iterations (RFA).
+
+Paper: Pillutla, Kakade, Harchaoui, "Robust Aggregation for Federated Learning", IEEE Transactions
+on Signal Processing 2022
 
 Approximates ``argmin_z sum_k ||u_k - z||`` by the iteration, from the mean of the rows,
 ``beta_k = 1 / max(nu * s, ||u_k - z||)``, ``z <- sum_k beta_k u_k / sum_k beta_k``, with s the mean

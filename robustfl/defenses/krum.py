@@ -1,4 +1,7 @@
-"""Krum (Blanchard, El Mhamdi, Guerraoui, Stainer, NeurIPS 2017).
+"""Krum: the row with the smallest sum of squared distances to its K - f - 2 nearest rows.
+
+Paper: Blanchard, El Mhamdi, Guerraoui, Stainer, "Machine Learning with Adversaries: Byzantine
+Tolerant Gradient Descent", NeurIPS 2017
 
 Score of row i: ``s_i = sum of ||u_i - u_j||^2 over the n = max(0, K - f - 2) rows j != i
 nearest to u_i`` (squared distances, as in the paper; f = ctx.assumed_byzantine). Krum returns

@@ -1,4 +1,7 @@
-"""Coordinate-wise median (Yin, Chen, Ramchandran, Bartlett, ICML 2018).
+"""Coordinate-wise median of the rows.
+
+Paper: Yin, Chen, Ramchandran, Bartlett, "Byzantine-Robust Distributed Learning: Towards Optimal
+Statistical Rates", ICML 2018
 
 ``out_j = median_k u_kj``: the middle value of each coordinate, the mean of the two middle values
 when K is even (as ``numpy.median``). A NaN entry counts as the largest value.

@@ -1,4 +1,7 @@
-"""Multi-Krum (Blanchard et al., NeurIPS 2017).
+"""Multi-Krum: the mean of the m rows with the lowest Krum scores.
+
+Paper: Blanchard, El Mhamdi, Guerraoui, Stainer, "Machine Learning with Adversaries: Byzantine
+Tolerant Gradient Descent", NeurIPS 2017
 
 With Krum's scores ``s_i`` (sum of squared distances to the max(0, K - f - 2) nearest other
 rows), average the m rows with the lowest scores (ties: lower index first); m = ``selected``,

@@ -1,4 +1,8 @@
-"""Coordinate-wise trimmed mean (Yin, Chen, Ramchandran, Bartlett, ICML 2018).
+"""Coordinate-wise trimmed mean: per coordinate drop the f largest and f smallest values, average the
+rest.
+
+Paper: Yin, Chen, Ramchandran, Bartlett, "Byzantine-Robust Distributed Learning: Towards Optimal
+Statistical Rates", ICML 2018
 
 Per coordinate drop the f largest and the f smallest values and average the K - 2f others
 (f = ctx.assumed_byzantine): ``out_j = mean(sort(u_.j)[f : K - f])``. This trims exactly f from

@@ -1,5 +1,7 @@
-"""FedDyn: federated learning with dynamic regularisation (Acar, Zhao, Matas, Mattina, Whatmough,
-Saligrama, "Federated Learning Based on Dynamic Regularization", ICLR 2021).
+"""FedDyn: federated learning with dynamic regularisation.
+
+Paper: Acar, Zhao, Matas, Mattina, Whatmough, Saligrama, "Federated Learning Based on Dynamic
+Regularization", ICLR 2021
 
 Client k keeps a state ``g_k`` (zeros until its first participation; an absent client's state is
 frozen, never decayed). In a round with start point w (the global model) it minimises::

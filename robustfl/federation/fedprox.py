@@ -1,4 +1,7 @@
-"""FedProx (Li et al., MLSys 2020): local objective F_k(theta) + (mu/2) ||theta - w||^2."""
+"""FedProx: local objective F_k(theta) + (mu/2) ||theta - w||^2.
+
+Paper: Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in Heterogeneous
+Networks", MLSys 2020"""
 
 from __future__ import annotations
 

@@ -2,8 +2,11 @@
 
 Cells are matched by their identity ``(sweep point, attack, defense, seed)``; the configuration
 hash is not part of the match, so a store re-run after a code or scenario change lines up with
-the old one. Where a store holds two cells with one identity (two scenarios written to one store),
-the one written last counts.
+the old one. A store may hold several settings (runs with different ``--set`` values):
+:func:`compare_stores` first adds to every cell's sweep point the setting keys that differ
+within either store (:func:`robustfl.simulation.report.annotate`, the same keys on both sides),
+so a cell is matched only with the cell of the same setting, never with another setting's.
+Where a set holds two cells with one identity, the one written last counts.
 
 :func:`compare` returns one plain dict per identity, A's cells first in A's order, then the
 cells only in B in B's order::
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .results import METRIC_KEYS, Cell, clean_number
@@ -104,3 +108,15 @@ def counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     for r in rows:
         out[r["change"]] += 1
     return out
+
+
+def compare_stores(path_a: str | Path, path_b: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """``(rows, keys)``: :func:`compare` of two stores' cells, each cell's sweep point extended
+    by ``keys``, the setting keys that differ within either store (see the module docstring)."""
+    from .report import annotate, load_store
+
+    a, b = load_store(path_a), load_store(path_b)
+    keys = list(dict.fromkeys([*a.keys, *b.keys]))
+    cells_a, _ = annotate(a.pairs, keys)
+    cells_b, _ = annotate(b.pairs, keys)
+    return compare(cells_a, cells_b), keys

@@ -9,16 +9,22 @@ figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep 
   ``t_{0.975, n-1} · s / sqrt(n)`` (from :func:`robustfl.simulation.report.summarize`), coloured
   by severity, with diverged and failed seeds counted;
 * drift curves: relative drift over rounds, one small plot per attack with a line per defense,
-  the mean over seeds and a shaded 95 % band (the same t interval, per round, over the seeds that
-  reached that round);
+  the mean over seeds and a light 95 % band (the same t interval, per round, over the seeds that
+  reached that round), drawn where at least three seeds did;
 * weight diagnostics for the rules that give rows weights (FedSim, FLTrust, FedAvg, Krum, ...):
   the Byzantine rows' total weight share and the detection precision and recall ("weight exactly
   zero" as a flag) over rounds, per attack that has Byzantine clients;
 * for a store whose scenario has published tables (:mod:`robustfl.simulation.published`), the
   measured error (and backdoor success) rates beside the paper's, with the cells outside the
   tolerance flagged and Kendall's tau per attack;
-* the failed cells with their errors, and the provenance of the last run written to the store
-  (versions, where each attack and defense came from, the scenario's hash, the scenario itself).
+* the failed cells with their errors, and the provenance of every run written to the store
+  (versions, overrides, where each attack and defense came from, the scenario's hash, the
+  scenario itself), each headed by its values of the keys that tell the store's settings apart.
+
+A store holding several settings (two runs with different ``--set`` values) shows one table,
+heatmap panel and set of curves per setting, never pooled (:func:`robustfl.simulation.report.annotate`).
+Colours follow the one severity scale of every view (``report.BAND_COLOURS``), stated under
+each table; ± is the 95 % Student-t half-width everywhere.
 
 matplotlib is imported only when a page is drawn.
 """
@@ -48,14 +54,11 @@ DIAGNOSTICS = (
     ("detection_precision", "detection precision"),
     ("detection_recall", "detection recall"),
 )
-_COLOURS = {
-    "safe": "#c8e6c9",
-    "weak": "#fff59d",
-    "poor": "#ffcc80",
-    "broken": "#ef9a9a",
-    "diverged": "#ef9a9a",
-    "failed": "#e1bee7",
-}
+_COLOURS = report.BAND_COLOURS
+# A 95 % band is drawn only where at least this many seeds reached the round: with two seeds
+# the Student-t quantile is 12.7, so the band is ~9 times the seeds' spread and hides the curves.
+BAND_MIN_SEEDS = 3
+BAND_ALPHA = 0.12
 _PROVENANCE_KEYS = ("robustfl", "torch", "numpy", "python", "platform", "scenario_hash", "scenario_path")
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;max-width:1250px}
@@ -108,20 +111,9 @@ def curve(cells: Sequence[Cell], metric: str) -> tuple[list[int], list[float], l
 
 
 def cell_text(group: Mapping[str, Any]) -> str:
-    """``mean ± 95 % half-width`` of a summary group, with its diverged / failed seeds noted."""
-    status = group["status"]
-    if status == "ok":
-        mean, ci, n = group["mean"], group["ci95"], group["n"]
-        text = f"{report.format_value(mean)} " + (
-            f"± {ci:.2g}" if n > 1 and math.isfinite(ci) else "(1 seed)"
-        )
-    elif status == "diverged":
-        ran = group["ok"] + group["diverged"]
-        text = "diverged" if group["diverged"] == ran else f"diverged ({group['diverged']}/{ran})"
-    else:
-        text = str(status)
-    if group["failed"] and status != "failed":
-        text += f" ({group['failed']} failed)"
+    """A summary group's text, the same as every other view's (``mean ± 95 % half-width``, its
+    diverged / failed seeds noted), with ``†`` when run outside the rule's guarantee."""
+    text = str(group["text"])
     if group["outside_guarantee"]:
         text += f" {report.DAGGER}"
     return text
@@ -140,11 +132,11 @@ def _figure_png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _heatmap_png(cells: Sequence[Cell], metric: str) -> bytes:
+def _heatmap_png(cells: Sequence[Cell], metric: str, title: str | None = None) -> bytes:
     from robustfl.cli.plots import heatmap
 
     with tempfile.TemporaryDirectory(prefix="robustfl-html-") as tmp:
-        path = heatmap(cells, Path(tmp) / "heatmap.png", metric)
+        path = heatmap(cells, Path(tmp) / "heatmap.png", metric, title=title)
         return path.read_bytes()
 
 
@@ -174,21 +166,38 @@ def _new_figure(rows: int, cols: int, width: float, height: float) -> tuple[Any,
     return fig, axes
 
 
-def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: str, log: bool) -> float:
-    """Draw the mean and its band; returns the band's top (NaN when nothing was drawn)."""
+def _seeds_per_round(cells: Sequence[Cell], metric: str) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for c in cells:
+        for i, m in enumerate(c.rounds):
+            if clean_number(m.get(metric)) is None:
+                continue
+            r = clean_number(m.get("round"))
+            x = int(r) if r is not None else i + 1
+            counts[x] = counts.get(x, 0) + 1
+    return counts
+
+
+def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: str, log: bool) -> bool:
+    """Draw the mean and, at the rounds that at least ``BAND_MIN_SEEDS`` seeds reached, a light
+    95 % band; returns whether anything was drawn. The caller fits the axes to the seeds' values,
+    so a band wider than them is cut at the edge rather than squashing the curves."""
     xs, means, halves = curve(cells, metric)
     if not xs:
-        return math.nan
-    lo = [m - h if math.isfinite(h) else m for m, h in zip(means, halves, strict=True)]
-    hi = [m + h if math.isfinite(h) else m for m, h in zip(means, halves, strict=True)]
-    if log:  # a band reaching zero or below runs off the bottom of the axes (see drift_figure)
-        lo = [max(v, 1e-300) for v in lo]
+        return False
     diverged = sum(c.status == "diverged" for c in cells)
     if diverged:
         label += f" ({diverged} diverged)"
     ax.plot(xs, means, color=colour, linewidth=1.4, label=label)
-    ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
-    return max(hi)
+    n = _seeds_per_round(cells, metric)
+    show = [n.get(x, 0) >= BAND_MIN_SEEDS and math.isfinite(h) for x, h in zip(xs, halves, strict=True)]
+    if any(show):
+        lo = [m - h if ok else m for m, h, ok in zip(means, halves, show, strict=True)]
+        hi = [m + h if ok else m for m, h, ok in zip(means, halves, show, strict=True)]
+        if log:  # a band reaching zero or below runs off the bottom of the axes
+            lo = [max(v, 1e-300) for v in lo]
+        ax.fill_between(xs, lo, hi, where=show, color=colour, alpha=BAND_ALPHA, linewidth=0)
+    return True
 
 
 def drift_figure(
@@ -210,14 +219,16 @@ def drift_figure(
         a = attack_names[i]
         values = [v for cs in attacks[a].values() for c in cs for v in _series(c, metric)]
         log = bool(values) and min(values) > 0
-        tops = [_plot_line(ax, cs, metric, colours[d], d, log) for d, cs in attacks[a].items()]
+        for d, cs in attacks[a].items():
+            _plot_line(ax, cs, metric, colours[d], d, log)
+        # The axes fit the seeds' values (every seed's curve, not only the mean); a band reaching
+        # past them is cut at the edge rather than stretching the scale over decades.
         if log:
-            # The axes fit the seeds' values and the bands' tops; a band's bottom below the values
-            # (on few seeds it may include zero or less) is cut at the edge rather than stretching
-            # the scale over decades.
-            top = max([max(values), *(t for t in tops if math.isfinite(t))])
             ax.set_yscale("log")
-            ax.set_ylim(min(values) / 1.5, top * 1.2)
+            ax.set_ylim(min(values) / 1.5, max(values) * 1.5)
+        elif values:
+            pad = 0.05 * ((max(values) - min(values)) or abs(max(values)) or 1.0)
+            ax.set_ylim(min(values) - pad, max(values) + pad)
         ax.set_title(f"attack: {a}", fontsize=9)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel(metric.replace("_", " "), fontsize=8)
@@ -291,17 +302,9 @@ def _table(cells: Sequence[Cell], metric: str) -> list[str]:
                 tds.append(f"<td{style}>{e(cell_text(g))}</td>")
             out.append(f'<tr><th class="l">{e(a)}</th>{"".join(tds)}</tr>')
         out.append("</tbody></table>")
-    seeds = sorted({g["ok"] + g["diverged"] + g["failed"] for g in summary.values()})
-    over = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
-    note = (
-        f"final {e(metric)}: mean over {over} seed(s) ± half-width of the 95 % Student-t interval "
-        "(t<sub>0.975, n−1</sub>·s/√n)."
-    )
-    if metric in report.SEVERITY_METRICS:
-        note += " Colours: below 0.1 safe (green), 0.5 weak, 1 poor, else broken (red)."
-    if any(g["outside_guarantee"] for g in summary.values()):
-        note += " " + e(report.GUARANTEE_NOTE)
-    out.append(f'<p class="note">{note}</p>')
+    if summary:
+        note = "<br>".join(e(line) for line in report.caption(summary, metric).splitlines())
+        out.append(f'<p class="note">{note}</p>')
     return out
 
 
@@ -311,7 +314,7 @@ def _failures(cells: Sequence[Cell]) -> list[str]:
     if not bad:
         return []
     out = [f'<h2 id="failed">Failed cells ({len(bad)})</h2>', "<table><thead><tr>"]
-    out.append('<th class="l">sweep</th><th class="l">attack</th><th class="l">defense</th><th>seed</th>')
+    out.append('<th class="l">setting</th><th class="l">attack</th><th class="l">defense</th><th>seed</th>')
     out.append('<th class="l">error</th></tr></thead><tbody>')
     for c in bad:
         out.append(
@@ -322,13 +325,8 @@ def _failures(cells: Sequence[Cell]) -> list[str]:
     return out
 
 
-def _provenance(scenario: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None) -> list[str]:
-    e = html.escape
-    out = ['<h2 id="provenance">Provenance</h2>']
-    if not provenance and not scenario:
-        out.append('<p class="note">The store records no run.</p>')
-        return out
-    prov = dict(provenance or {})
+def _run_rows(provenance: Mapping[str, Any]) -> list[tuple[str, str]]:
+    prov = dict(provenance)
     rows: list[tuple[str, str]] = []
     for key in _PROVENANCE_KEYS:
         if prov.get(key) is not None:
@@ -344,22 +342,62 @@ def _provenance(scenario: Mapping[str, Any] | None, provenance: Mapping[str, Any
         for k, v in prov.items()
         if k not in known
     ]
+    return rows
+
+
+def _one_run(
+    scenario: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None, heading: str | None
+) -> list[str]:
+    e = html.escape
+    prov = dict(provenance or {})
+    out = ['<div class="run">']
+    if heading:
+        out.append(f"<h3>{e(heading)}</h3>")
     out.append('<table class="provenance"><tbody>')
-    out += [f'<tr><th class="l">{e(k)}</th><td class="l">{e(v)}</td></tr>' for k, v in rows]
+    out += [f'<tr><th class="l">{e(k)}</th><td class="l">{e(v)}</td></tr>' for k, v in _run_rows(prov)]
     out.append("</tbody></table>")
     origins = prov.get("origins") or {}
     if isinstance(origins, Mapping) and origins:
-        out.append("<h3>Where each attack and defense came from</h3>")
+        out.append("<details><summary>where each attack and defense came from</summary>")
         out.append('<table class="origins"><thead><tr><th class="l">name</th><th class="l">origin</th></tr>')
         out.append("</thead><tbody>")
         out += [
             f'<tr><td class="l">{e(str(k))}</td><td class="l">{e(str(v))}</td></tr>'
             for k, v in origins.items()
         ]
-        out.append("</tbody></table>")
+        out.append("</tbody></table></details>")
     if scenario:
         text = json.dumps(scenario, indent=1, sort_keys=False, default=str, allow_nan=True)
         out.append(f"<details><summary>scenario (resolved)</summary><pre>{e(text)}</pre></details>")
+    out.append("</div>")
+    return out
+
+
+def _provenance(
+    scenario: Mapping[str, Any] | None,
+    provenance: Mapping[str, Any] | None,
+    runs: Sequence[Mapping[str, Any]] = (),
+    setting_keys: Sequence[str] = (),
+) -> list[str]:
+    """Every run written to the store, oldest first (each with its versions, overrides, origins
+    and resolved scenario, headed by its values of the setting keys); without ``runs``, the one
+    ``scenario`` / ``provenance`` given."""
+    out = ['<h2 id="provenance">Provenance</h2>']
+    if not runs:
+        if not provenance and not scenario:
+            out.append('<p class="note">The store records no run.</p>')
+            return out
+        return out + _one_run(scenario, provenance, None)
+    out.append(
+        f'<p class="note">{len(runs)} run{"s" if len(runs) != 1 else ""} wrote to this store, oldest '
+        "first (each with its own values of the keys that tell the settings apart).</p>"
+    )
+    for i, run in enumerate(runs, 1):
+        head = f"run {i} of {len(runs)}"
+        setting = report.run_setting(run, setting_keys)
+        if setting:
+            head += f": {setting}"
+        out += _one_run(run.get("scenario"), run.get("provenance"), head)
     return out
 
 
@@ -371,9 +409,13 @@ def page(
     metric: str = "relative_drift",
     title: str = "robustfl results",
     published: Sequence[_published.Comparison] = (),
+    runs: Sequence[Mapping[str, Any]] = (),
+    setting_keys: Sequence[str] = (),
 ) -> str:
     """The whole HTML page (see the module docstring); ``published``: the comparisons with
-    published tables to show (none by default)."""
+    published tables to show (none by default); ``runs``: every run of the store, for the
+    provenance (default: the one ``scenario`` / ``provenance``); ``setting_keys``: the keys that
+    tell the store's settings apart (the cells' sweep points carry them, :func:`report.annotate`)."""
     cells = list(cells)
     e = html.escape
     body: list[str] = [f"<h1>{e(title)}</h1>"]
@@ -384,7 +426,7 @@ def page(
     )
     if not cells:
         body.append("<p>The store holds no cells yet.</p>")
-        body += _provenance(scenario, provenance)
+        body += _provenance(scenario, provenance, runs, setting_keys)
         return _document(title, body)
     body.append(
         '<nav><a href="#matrix">matrix</a><a href="#curves">drift curves</a>'
@@ -393,8 +435,11 @@ def page(
         + ('<a href="#failed">failed cells</a>' if statuses["failed"] else "")
         + '<a href="#provenance">provenance</a></nav>'
     )
+    if setting_keys:
+        body.append(f"<p><strong>{e(report.settings_note(setting_keys, cells))}</strong></p>")
     body.append('<h2 id="matrix">Final relative drift</h2>')
-    body.append(_img(_heatmap_png(cells, metric), f"heatmap of the final {metric}"))
+    heading = f"final {metric.replace('_', ' ')} by attack and defense (mean over seeds)"
+    body.append(_img(_heatmap_png(cells, metric, heading), f"heatmap of the final {metric}"))
     body += _table(cells, metric)
     if any(clean_number(c.final.get("accuracy")) is not None for c in cells):
         body.append("<h2>Final accuracy</h2>")
@@ -402,8 +447,11 @@ def page(
     groups = _groups(cells)
     body.append('<h2 id="curves">Drift over rounds</h2>')
     body.append(
-        f'<p class="note">{e(metric.replace("_", " "))} per round: mean over seeds, shaded 95 % '
-        "Student-t band over the seeds that reached the round.</p>"
+        f'<p class="note">{e(metric.replace("_", " "))} per round: mean over seeds; shaded, the 95 % '
+        "Student-t band over the seeds that reached the round, drawn only where at least "
+        f"{BAND_MIN_SEEDS} did (with 2 seeds t(0.975, 1) = 12.7 makes the band about 9 times the "
+        "seeds' spread: it would hide the curves and say little). The axes fit the seeds' values; "
+        "a wider band is cut at the edge.</p>"
     )
     for point, attacks in groups.items():
         if point:
@@ -414,7 +462,7 @@ def page(
     body.append(
         '<p class="note">For rules that weight rows (FedSim, FLTrust, FedAvg, Krum, ...): the total '
         "weight given to Byzantine rows, and the precision and recall of “weight exactly zero” as a "
-        "Byzantine flag; mean over seeds with a 95 % band.</p>"
+        f"Byzantine flag; mean over seeds, with a 95 % band where at least {BAND_MIN_SEEDS} seeds ran.</p>"
     )
     for point, attacks in groups.items():
         png = diagnostics_figure(attacks)
@@ -429,7 +477,7 @@ def page(
         body.append('<h2 id="published">Measured vs published</h2>')
         body.append(_published.to_html(published, heading="h3"))
     body += _failures(cells)
-    body += _provenance(scenario, provenance)
+    body += _provenance(scenario, provenance, runs, setting_keys)
     return _document(title, body)
 
 

@@ -25,6 +25,7 @@ store: just before a cell is dispatched the store is asked whether another drive
 
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
 import logging
@@ -33,6 +34,7 @@ import multiprocessing as mp
 import os
 import platform
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -98,19 +100,25 @@ def plan(
 ) -> list[Job]:
     """Every cell of the matrix, validated (raises RobustFLError before anything runs)."""
     mx = scenario.section("matrix")
-    attacks = list(attacks if attacks is not None else mx["attacks"])
-    defenses = list(defenses if defenses is not None else mx["defenses"])
+    # names given (--attacks/--defenses) are first the labels of the scenario's entries
+    attacks = C.pick_entries(attacks, mx["attacks"], "attack") if attacks is not None else list(mx["attacks"])
+    defenses = (
+        C.pick_entries(defenses, mx["defenses"], "defense") if defenses is not None else list(mx["defenses"])
+    )
     seeds = list(seeds if seeds is not None else mx["seeds"])
-    for a in attacks:  # every name and parameter first: cheap, and before any data is built
-        C.build_attack(a)
-    for d in defenses:
+    points = sweep_points(scenario)
+    for a in C.apply_settings(attacks, "attack", scenario.settings):  # every name and parameter
+        C.build_attack(a)  # first: cheap, and before any data is built
+    for d in C.apply_settings(defenses, "defense", scenario.settings):
         C.build_defense(d)
     jobs: list[Job] = []
-    for point in sweep_points(scenario):
+    for point in points:
         sc = scenario.with_values(point) if point else scenario
+        # --set attack.p / defense.p (and sweep keys like attack.z) apply to the entries taking p
+        settings = {**scenario.settings, **point}
         checked: dict[tuple[str, str], bool] = {}
-        for a in attacks:
-            for d in defenses:
+        for a in C.apply_settings(attacks, "attack", settings):
+            for d in C.apply_settings(defenses, "defense", settings):
                 sig = (repr(a), repr(d))
                 if sig not in checked:
                     checked[sig] = set_up(sc, a, d, seeds[0], allow_outside_guarantee).outside
@@ -174,6 +182,118 @@ def provenance(scenario: Scenario, jobs: Sequence[Job]) -> dict[str, Any]:
         "origins": origins,
         "created": time.time(),
     }
+
+
+# --- scripts without a main guard -------------------------------------------------------------
+MAIN_REIMPORTED_EXIT = 87
+"""A worker's exit status when it re-imported the user's script and found robustfl called at the
+script's top level (no ``if __name__ == "__main__":``); the driver then raises one error."""
+
+GUARD = 'if __name__ == "__main__":'
+
+
+class MainGuardError(RobustFLError):
+    """The script that called robustfl does so at its top level, which the matrix's worker
+    processes (forkserver/spawn) import again: its code belongs under the main guard."""
+
+
+def _guard_message(where: str) -> str:
+    return (
+        f"{where} calls robustfl at its top level, and a matrix's worker processes import it again: "
+        f"put the script's code under `{GUARD}` (as in the README's example)"
+    )
+
+
+def _script_name() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return f"the script {path}" if path else "the main module"
+
+
+def importing_main() -> bool:
+    """True in a child process while it imports the parent's main module again (the bootstrap
+    of a spawn or forkserver process: ``multiprocessing`` marks the process as inheriting, and the
+    module runs as ``__mp_main__``). robustfl called then comes from a script's top level."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        return True
+    if getattr(sys.modules.get("__main__"), "__name__", None) != "__mp_main__":
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:  # module-level code of the re-imported script is on the stack
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def leave_if_importing_main() -> None:
+    """Called first by ``robustfl.run`` and ``run_matrix``: in a worker re-importing an unguarded
+    script, stop the worker at once (before it runs a cell or starts processes of its own) with
+    :data:`MAIN_REIMPORTED_EXIT`; the driver reports it once. A process that is not one of our
+    workers (no preloaded fork server) says why on one line first."""
+    if not importing_main():
+        return
+    if "robustfl.simulation._preload" not in sys.modules:
+        print(f"robustfl: error: {_guard_message(_script_name())}", file=sys.stderr, flush=True)
+    os._exit(MAIN_REIMPORTED_EXIT)
+
+
+def failure_summary(cells: Sequence[Cell]) -> str | None:
+    """One line when cells failed: how many, and the first few errors; None when none did."""
+    failed = [c for c in cells if c.status == "failed"]
+    if not failed:
+        return None
+    errors: dict[str, int] = {}
+    for c in failed:
+        first = (c.error or "no error recorded").strip().splitlines()
+        key = first[0] if first else "no error recorded"
+        errors[key] = errors.get(key, 0) + 1
+    shown = "; ".join(f"{n} x {e}" if n > 1 else e for e, n in list(errors.items())[:3])
+    more = f"; and {len(errors) - 3} other errors" if len(errors) > 3 else ""
+    return f"{len(failed)} of {len(cells)} cells failed: {shown}{more} (see result.failed)"
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, *test.comparators]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(consts) == 1
+
+
+def unguarded_main_call() -> str | None:
+    """Where the main script calls us from its top level outside ``if __name__ == "__main__":``
+    ("the script PATH (line N)"), else None. Worker processes started by forkserver or spawn
+    import the main script again, so such a call would run again in every worker. Interactive
+    sessions and ``python -c`` have no script file: nothing is imported again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or getattr(main, "__name__", None) != "__main__":
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_guard(node.test) and node.body:
+            end = node.body[-1].end_lineno or node.body[-1].lineno
+            if node.body[0].lineno <= line <= end:
+                return None
+    return f"the script {path} (line {line})"
+
+
+def _uses_processes(executor: str, workers: int, timeout: float | None) -> bool:
+    """Whether this matrix starts worker processes that import the main script again."""
+    if executor != "local" or (workers <= 1 and timeout is None):
+        return False
+    return _mp_context().get_start_method() != "fork"
 
 
 # --- worker side ----------------------------------------------------------------------------
@@ -393,6 +513,12 @@ class _Pool:
         slot.proc.join(5)
         slot.conn.close()
 
+    @staticmethod
+    def _check_guard(slot: _Slot) -> None:
+        """A worker that stopped because the script has no main guard: one error for the matrix."""
+        if slot.proc.exitcode == MAIN_REIMPORTED_EXIT:
+            raise MainGuardError(_guard_message(_script_name()))
+
     def _dispatch(self, item: Any, msg: Any) -> None:
         for _ in range(2):  # an idle worker may have died: one retry on a fresh one
             with self._lock:
@@ -406,6 +532,7 @@ class _Pool:
                 slot.conn.send(msg)
             except (BrokenPipeError, EOFError, OSError):
                 self._kill(slot)
+                self._check_guard(slot)
                 continue
             slot.item, slot.started = item, time.monotonic()
             slot.deadline = slot.started + self.timeout if self.timeout is not None else None
@@ -425,6 +552,7 @@ class _Pool:
         except (EOFError, OSError):
             pass
         slot.proc.join(1)
+        self._check_guard(slot)
         return _Fault(f"worker process died (exit code {slot.proc.exitcode})", now - slot.started)
 
     def _starting(self) -> bool:
@@ -589,8 +717,14 @@ def run_matrix(
     """
     from .store import Store
 
+    leave_if_importing_main()
     timeout = _check_timeout(cell_timeout)
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    if _uses_processes(executor, workers, timeout):
+        where = unguarded_main_call()
+        if where is not None:  # its workers would run the script again: say so before starting them
+            raise MainGuardError(_guard_message(where))
+    _load_plugins(plugins)  # here too: the plan below builds every attack and defense
     pool: _Pool | None = None
     if executor == "local" and (workers > 1 or timeout is not None):
         pool = _Pool(workers, plugins, allow_outside_guarantee, device, timeout)

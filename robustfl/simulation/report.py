@@ -1,12 +1,17 @@
 """Views of results that need no terminal: summaries over seeds, CSV, JSON, Markdown and HTML.
 
 :func:`summarize` groups cells by (sweep point, attack, defense) and summarises one final
-metric over the seeds of each group:
+metric over the seeds of each group. A store may hold several settings (runs with different
+``--set`` values): :func:`load_store` / :func:`annotate` add the configuration keys that differ
+between them to every cell's sweep point, so a group is always one setting, never several pooled
+(see "settings" below).
 
 * ``mean`` over the seeds that produced a value; ``std`` the *sample* standard deviation
   (``ddof=1``, computed exactly by :mod:`statistics`) when n > 1, else 0; ``ci95`` the
   half-width of the two-sided 95 % Student-t interval for the mean,
   ``t_{0.975, n-1} * std / sqrt(n)`` (NaN when n < 2: one seed says nothing about the spread).
+* ``text``: ``mean ± ci95`` -- the one meaning of ± in every view (terminal, CSV/JSON groups,
+  Markdown, HTML), stated in each caption (:func:`caption`); one seed shows the mean alone.
 * A ``diverged`` cell counts as +inf: one diverged seed makes the group's mean +inf (std and
   ci95 NaN) and its text ``diverged`` (``diverged (1/3)`` when only some seeds diverged).
 * ``failed`` cells (raised; any unknown status too) are left out of the statistics and counted;
@@ -16,7 +21,8 @@ metric over the seeds of each group:
 
 Groups, sweep points, attacks and defenses keep the order in which the cells first show them.
 The rich table (``robustfl.cli.render``) and the heatmap (``robustfl.cli.plots``) read the same
-summary, so every view shows the same numbers.
+summary, so every view shows the same numbers, coloured by one fixed scale (``BANDS``,
+``BAND_COLOURS``) stated on every view that has colours.
 
 Worst cases and sweep axes, computed from those group means:
 
@@ -37,12 +43,14 @@ views end with a "measured vs published" section per table and the JSON document
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import io
 import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from scipy import stats
@@ -56,6 +64,15 @@ DAGGER = "†"
 GUARANTEE_NOTE = "† run outside the rule's guarantee (--allow-outside-guarantee: too few clients)"
 # Severity bands of the final relative drift: below 0.1 safe, 0.5 weak, 1 poor, else broken.
 BANDS = ((0.1, "safe"), (0.5, "weak"), (1.0, "poor"))
+# The one colour scale of every view (the terminal uses the nearest named colours).
+BAND_COLOURS = {
+    "safe": "#c8e6c9",
+    "weak": "#fff59d",
+    "poor": "#ffcc80",
+    "broken": "#ef9a9a",
+    "diverged": "#ef9a9a",
+    "failed": "#e1bee7",
+}
 SEVERITY_METRICS = frozenset({"relative_drift"})
 # Metrics where a larger value is better: their worst case is the smallest.
 HIGHER_IS_BETTER = frozenset({"accuracy", "detection_precision", "detection_recall"})
@@ -76,6 +93,168 @@ def sweep_label(sweep: Mapping[str, Any]) -> str:
 
 def _plain(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+# -- settings -----------------------------------------------------------------------------------
+#
+# A store holds whatever was run into it: two `robustfl matrix` runs with different `--set`
+# values write two settings into one file. A cell's setting is its stored configuration (what
+# `runner.cell_config` hashes into its key): the scenario's values as dotted keys. The views
+# never pool different settings: :func:`annotate` adds every key whose value differs between the
+# cells of a store to each cell's sweep point, so the grouping by sweep point that every view
+# already does (tables, CSV columns, axis views, heatmap panels, published comparisons, compare)
+# keeps the settings apart and names them (``threat.byzantine=0.4``). Keys swept by a
+# ``matrix.sweep`` come first, in their order, then the other differing keys in the
+# configuration's order. An attack (or defense) label that stands for different specifications in
+# one store (``alie`` with z = 1 and with z = 1.5) is told apart the same way: the parameters that
+# differ are appended to the label, ``alie (z=1.5)`` and ``alie (z=default)``.
+
+_NO_SETTING = ("matrix", "bound", "attack", "defense")
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"threat": {"byzantine": 0.2}}`` -> ``{"threat.byzantine": 0.2}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def setting_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's setting: its stored configuration's scenario as dotted keys."""
+    scenario = config.get("scenario") or {}
+    return flatten({k: v for k, v in scenario.items() if k not in _NO_SETTING})
+
+
+def _canon(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def differing_keys(settings: Sequence[Mapping[str, Any]], first: Iterable[str] = ()) -> list[str]:
+    """The dotted keys whose values are not the same in every setting (a key absent from some
+    counts as differing); ``first`` (sweep keys) lead, in their order, then first-seen order."""
+    seen: dict[str, set[str]] = {}
+    for s in settings:
+        for k in s:
+            seen.setdefault(k, set())
+    for s in settings:
+        for k in seen:
+            seen[k].add(_canon(s[k]) if k in s else "\0missing")
+    differ = [k for k, values in seen.items() if len(values) > 1]
+    lead = [k for k in dict.fromkeys(first) if k in differ]
+    return lead + [k for k in differ if k not in lead]
+
+
+def _spec_params(spec: Any) -> dict[str, Any]:
+    if isinstance(spec, Mapping):
+        return flatten({k: v for k, v in spec.items() if k != "label"})
+    return {"name": spec}
+
+
+def _relabel(pairs: Sequence[tuple[Cell, Mapping[str, Any]]], field: str) -> list[str]:
+    """Each cell's ``field`` label, with the differing parameters appended where one label stands
+    for several specifications in the store."""
+    specs: dict[str, dict[str, dict[str, Any]]] = {}
+    for cell, cfg in pairs:
+        if field in cfg:
+            p = _spec_params(cfg[field])
+            specs.setdefault(getattr(cell, field), {})[_canon(p)] = p
+    out = []
+    for cell, cfg in pairs:
+        label = str(getattr(cell, field))
+        variants = specs.get(label, {})
+        if len(variants) > 1 and field in cfg:
+            p = _spec_params(cfg[field])
+            keys = differing_keys(list(variants.values()))
+            label += " (" + ", ".join(f"{k}={_plain(p[k]) if k in p else 'default'}" for k in keys) + ")"
+        out.append(label)
+    return out
+
+
+def annotate(
+    pairs: Sequence[tuple[Cell, Mapping[str, Any]]], keys: Sequence[str] | None = None
+) -> tuple[list[Cell], list[str]]:
+    """``(cells, keys)``: copies of the cells whose sweep points also carry the setting ``keys``
+    (default: those that differ between the cells' configurations), and the keys. A cell whose
+    configuration lacks a key gets None for it."""
+    settings = [setting_of(cfg) for _, cfg in pairs]
+    if keys is None:
+        keys = differing_keys(settings, (k for c, _ in pairs for k in c.sweep))
+    keys = list(keys)
+    attacks, defenses = _relabel(pairs, "attack"), _relabel(pairs, "defense")
+    cells = []
+    for (cell, _), setting, attack, defense in zip(pairs, settings, attacks, defenses, strict=True):
+        sweep = {k: v for k, v in cell.sweep.items() if k not in keys}
+        sweep.update({k: cell.sweep[k] if k in cell.sweep else setting.get(k) for k in keys})
+        cells.append(dataclasses.replace(cell, sweep=sweep, attack=attack, defense=defense))
+    return cells, keys
+
+
+@dataclasses.dataclass
+class StoreView:
+    """What a store holds, ready for the views: ``cells`` annotated with their settings
+    (:func:`annotate`), the setting ``keys`` that differ, every run (oldest first) and the last
+    run's ``scenario`` and ``provenance`` (the contract's JSON keys)."""
+
+    path: str
+    cells: list[Cell]
+    keys: list[str]
+    runs: list[dict[str, Any]]
+    pairs: list[tuple[Cell, dict[str, Any]]]
+
+    @property
+    def scenario(self) -> dict[str, Any] | None:
+        return self.runs[-1]["scenario"] if self.runs else None
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        return self.runs[-1]["provenance"] if self.runs else None
+
+
+def load_store(path: str | Path) -> StoreView:
+    """Read a store for the views (see :class:`StoreView`)."""
+    from robustfl.errors import StoreError
+    from robustfl.simulation.store import Store
+
+    with Store(path) as st:
+        try:
+            pairs = st.cells_with_configs()
+        except (TypeError, AttributeError) as exc:  # a row whose JSON has the wrong shape
+            raise StoreError(f"store {path} is corrupt: cannot read the cells: {exc}") from None
+        runs = st.runs()
+    cells, keys = annotate(pairs)
+    return StoreView(str(path), cells, keys, runs, pairs)
+
+
+def settings_note(keys: Sequence[str], cells: Iterable[Cell] = ()) -> str:
+    """One line saying which keys tell the store's settings apart (empty for one setting)."""
+    if not keys:
+        return ""
+    points = {_canon({k: c.sweep.get(k) for k in keys}) for c in cells}
+    n = f"{len(points)} settings" if points else "several settings"
+    return (
+        f"this store holds {n}, differing in {', '.join(keys)}: each table is one setting; "
+        "numbers are never pooled across settings"
+    )
+
+
+def run_setting(run: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """``threat.byzantine=0.4`` for a run's values of the setting keys (``key=swept`` where the
+    run's matrix swept it)."""
+    scenario = run.get("scenario") or {}
+    swept = dict((scenario.get("matrix") or {}).get("sweep") or {})
+    flat = setting_of({"scenario": scenario})
+    parts = []
+    for k in keys:
+        if k in swept:
+            parts.append(f"{k}={_plain(swept[k])}")
+        elif k in flat:
+            parts.append(f"{k}={_plain(flat[k])}")
+    return ", ".join(parts)
 
 
 def _value(cell: Cell, metric: str) -> float | None:
@@ -101,7 +280,8 @@ def _summary(cells: Sequence[Cell], metric: str) -> dict[str, Any]:
         mean = statistics.fmean(values)
         std = statistics.stdev(values) if n > 1 else 0.0
         ci95 = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else math.nan
-        text = f"{format_value(mean)} ± {std:.2g}"
+        # ± is the half-width of the 95 % Student-t interval in every view; one seed has none.
+        text = f"{format_value(mean)} ± {ci95:.2g}" if n > 1 else format_value(mean)
     elif ok:
         status, text = "n/a", "n/a"
     else:
@@ -155,10 +335,21 @@ def severity(group: Mapping[str, Any]) -> str | None:
     return next((name for limit, name in BANDS if group["mean"] < limit), "broken")
 
 
-def caption(summary: Mapping[GroupKey, Mapping[str, Any]], metric: str) -> str:
+PLUS_MINUS = "mean ± 95 % Student-t half-width (t(0.975, n-1)·s/√n)"
+ONE_SEED_NOTE = "a value without ± comes from one seed"
+BANDS_NOTE = "colours, one fixed scale in every view: safe < 0.1 ≤ weak < 0.5 ≤ poor < 1 ≤ broken"
+
+
+def caption(summary: Mapping[GroupKey, Mapping[str, Any]], metric: str, colours: bool = True) -> str:
+    """What the table's entries are: the metric, what ± means, over how many seeds; with
+    ``colours`` and a metric with severity bands, the colour scale."""
     seeds = sorted({g["ok"] + g["diverged"] + g["failed"] for g in summary.values()})
     over = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-    text = f"final {metric}: mean ± std over {over} seed{'s' if seeds[-1] != 1 else ''}"
+    text = f"final {metric} over {over} seed{'s' if seeds[-1] != 1 else ''}: {PLUS_MINUS}"
+    if any(g["status"] == "ok" and g["n"] == 1 for g in summary.values()):
+        text += "; " + ONE_SEED_NOTE
+    if colours and metric in SEVERITY_METRICS:
+        text += "\n" + BANDS_NOTE
     if any(g["outside_guarantee"] for g in summary.values()):
         text += "\n" + GUARANTEE_NOTE
     return text
@@ -351,19 +542,56 @@ def to_csv(cells: Iterable[Cell]) -> str:
     return out.getvalue()
 
 
+_GROUP_KEYS = ("attack", "defense", "metric", "status", "text", "n", "mean", "std", "ci95", "ok", "diverged",
+               "failed", "outside_guarantee")
+
+
 def to_json(
     cells: Iterable[Cell],
     scenario: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     published: Sequence[_published.Comparison] = (),
+    *,
+    runs: Sequence[Mapping[str, Any]] = (),
+    setting_keys: Sequence[str] = (),
+    metric: str = "relative_drift",
 ) -> str:
-    """The matrix document of ``--json``: ``{"scenario", "provenance", "cells": [CELL, ...]}``,
-    strict JSON (non-finite numbers become null); with ``published`` comparisons, also
-    ``"published": [COMPARISON, ...]`` (:meth:`~robustfl.simulation.published.Comparison.to_json`)."""
+    """The matrix document of ``--json``: ``{"scenario", "provenance", "cells": [CELL, ...]}``
+    (``scenario`` and ``provenance`` of the last run), strict JSON (non-finite numbers become
+    null), and beside those:
+
+    * ``"settings"``: ``{"keys": [the dotted keys that differ between the store's settings],
+      "points": [{"setting": {key: value}, "label", "cells"}]}``; every CELL also carries one
+      field per differing key, named as the key (``"threat.byzantine": 0.4``), like the CSV;
+    * ``"groups"``: one summary per (setting, attack, defense) over seeds (:func:`summarize`):
+      ``setting`` (the sweep point, with the setting keys), ``attack``, ``defense``, ``metric``,
+      ``status``, ``text``, ``n``, ``mean``, ``std``, ``ci95`` (the ± of every view), ``ok``,
+      ``diverged``, ``failed``, ``outside_guarantee``;
+    * ``"runs"``: every run the store recorded, ``{"id", "started", "scenario", "provenance"}``;
+    * with ``published`` comparisons, ``"published": [COMPARISON, ...]``
+      (:meth:`~robustfl.simulation.published.Comparison.to_json`)."""
+    cells = list(cells)
+    docs = []
+    for c in cells:
+        d = c.to_json()
+        d.update({k: c.sweep.get(k) for k in setting_keys})
+        docs.append(d)
+    points: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        label = sweep_label(c.sweep)
+        entry = points.setdefault(label, {"setting": dict(c.sweep), "label": label, "cells": 0})
+        entry["cells"] += 1
+    groups = [
+        {"setting": dict(g["sweep"]), **{k: g[k] for k in _GROUP_KEYS}}
+        for g in summarize(cells, metric).values()
+    ]
     doc: dict[str, Any] = {
         "scenario": dict(scenario or {}),
         "provenance": dict(provenance or {}),
-        "cells": [c.to_json() for c in cells],
+        "cells": docs,
+        "settings": {"keys": list(setting_keys), "points": list(points.values())},
+        "groups": groups,
+        "runs": [dict(r) for r in runs],
     }
     if published:
         doc["published"] = [c.to_json() for c in published]
@@ -389,16 +617,20 @@ def to_markdown(
     metric: str = "relative_drift",
     show_time: bool | None = None,
     published: Sequence[_published.Comparison] = (),
+    setting_keys: Sequence[str] = (),
 ) -> str:
-    """One Markdown table per sweep point: rows attacks, columns defenses, "mean ± std", and a
-    "worst case" row (:func:`worst_case`) when there are several attacks; then, for a sweep, one
-    table per sweep key (:func:`axis_views`, numbers right-aligned); then, with ``show_time``
+    """One Markdown table per sweep point (and setting: see :func:`annotate`; ``setting_keys``
+    named above them): rows attacks, columns defenses, "mean ± 95 % half-width" (:func:`caption`),
+    and a "worst case" row (:func:`worst_case`) when there are several attacks; then, for a sweep,
+    one table per sweep key (:func:`axis_views`, numbers right-aligned); then, with ``show_time``
     (default: when the cells recorded their run times), the mean compute time per cell
     (:func:`mean_elapsed`); then a "measured vs published" section per ``published`` comparison."""
     cells = list(cells)
     summary = summarize(cells, metric)
     worst = worst_case(cells, metric)
     parts: list[str] = []
+    if setting_keys:
+        parts.append(_md(settings_note(setting_keys, cells)) + "\n")
     for point, attacks, defenses in layout(summary):
         if point:
             parts.append(f"**{_md(point)}**\n")
@@ -414,7 +646,7 @@ def to_markdown(
             rows.append((f"**{WORST_ROW}**", [_md(worst[(point, d)]["text"]) for d in defenses]))
         parts.append(_md_table("attack", defenses, rows, "---|"))
     if summary:
-        parts.append(caption(summary, metric).replace("\n", "  \n") + "\n")
+        parts.append(caption(summary, metric, colours=False).replace("\n", "  \n") + "\n")
     for key, view in axis_views(cells, metric).items():
         table = view["rows"]
         rows = [
@@ -440,23 +672,17 @@ def to_markdown(
     return "\n".join(parts)
 
 
-_HTML_COLOURS = {
-    "safe": "#c8e6c9",
-    "weak": "#fff59d",
-    "poor": "#ffcc80",
-    "broken": "#ef9a9a",
-    "diverged": "#ef9a9a",
-    "failed": "#e1bee7",
-}
+_HTML_COLOURS = BAND_COLOURS
 
 
 def to_html(
     cells: Iterable[Cell],
     metric: str = "relative_drift",
     published: Sequence[_published.Comparison] = (),
+    setting_keys: Sequence[str] = (),
 ) -> str:
-    """A standalone HTML page: one table per sweep point (with its "worst case" row), then one per
-    sweep key (:func:`axis_views`), cells coloured by severity; then a "measured vs published"
+    """A standalone HTML page: one table per sweep point and setting (with its "worst case" row),
+    then one per sweep key (:func:`axis_views`), cells coloured by severity; then a "measured vs published"
     section per ``published`` comparison."""
     cells = list(cells)
     summary = summarize(cells, metric)
@@ -471,6 +697,8 @@ def to_html(
         return f"<td{style}>{e(entry['text'])}</td>"
 
     body: list[str] = []
+    if setting_keys:
+        body.append(f"<p>{e(settings_note(setting_keys, cells))}</p>")
     for point, attacks, defenses in layout(summary):
         if point:
             body.append(f"<h2>{e(point)}</h2>")
@@ -526,15 +754,22 @@ def render(
     scenario: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     published: Sequence[_published.Comparison] = (),
+    *,
+    runs: Sequence[Mapping[str, Any]] = (),
+    setting_keys: Sequence[str] = (),
 ) -> str:
     """The text of one non-terminal format: ``csv``, ``json``, ``markdown`` or ``html``;
-    ``published`` comparisons go into json, markdown and html (csv stays one row per cell)."""
+    ``published`` comparisons go into json, markdown and html (csv stays one row per cell);
+    ``runs`` (every run of the store) into json; ``setting_keys`` (the keys that tell the
+    store's settings apart, :func:`annotate`) are named in every format."""
     if format == "csv":
         return to_csv(cells)
     if format == "json":
-        return to_json(cells, scenario, provenance, published)
+        return to_json(
+            cells, scenario, provenance, published, runs=runs, setting_keys=setting_keys, metric=metric
+        )
     if format == "markdown":
-        return to_markdown(cells, metric, published=published)
+        return to_markdown(cells, metric, published=published, setting_keys=setting_keys)
     if format == "html":
-        return to_html(cells, metric, published)
+        return to_html(cells, metric, published, setting_keys)
     raise ConfigError(f"report: format must be one of {', '.join(FORMATS)}, got {format!r}")

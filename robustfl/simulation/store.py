@@ -204,6 +204,12 @@ class Store:
             rows = self._conn.execute("SELECT cell FROM cells ORDER BY rowid").fetchall()
             return [Cell.from_json(json.loads(r[0])) for r in rows]
 
+    def cells_with_configs(self) -> list[tuple[Cell, dict[str, Any]]]:
+        """Every stored cell with the configuration it was keyed by, in the order first written."""
+        with self._errors("read the cells"):
+            rows = self._conn.execute("SELECT cell, config FROM cells ORDER BY rowid").fetchall()
+            return [(Cell.from_json(json.loads(c)), dict(json.loads(k) or {})) for c, k in rows]
+
     def get_config(self, key: str) -> dict[str, Any] | None:
         """The configuration stored with the cell ``key``, or None."""
         with self._errors("read a configuration"):
@@ -256,6 +262,21 @@ class Store:
                 (time.time(), _dumps(scenario), _dumps(provenance)),
             )
             return int(cur.lastrowid or 0)
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every recorded run, oldest first: ``{"id", "started", "scenario", "provenance"}``."""
+        with self._errors("read the runs"):
+            sql = "SELECT id, started, scenario, provenance FROM runs ORDER BY id"
+            rows = self._conn.execute(sql).fetchall()
+            return [
+                {
+                    "id": int(i),
+                    "started": float(t),
+                    "scenario": dict(json.loads(s)),
+                    "provenance": dict(json.loads(p)),
+                }
+                for i, t, s, p in rows
+            ]
 
     def latest_run(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """``(scenario, provenance)`` of the last recorded run, or None."""

@@ -1,5 +1,7 @@
-"""CIFAR-10 from the standard python batches (Krizhevsky, "Learning Multiple Layers of Features
-from Tiny Images", 2009; https://www.cs.toronto.edu/~kriz/cifar.html, ``cifar-10-python.tar.gz``).
+"""CIFAR-10 from the standard python batches (https://www.cs.toronto.edu/~kriz/cifar.html,
+``cifar-10-python.tar.gz``).
+
+Paper: Krizhevsky, "Learning Multiple Layers of Features from Tiny Images", 2009
 
 Files: ``data_batch_1`` .. ``data_batch_5`` and ``test_batch`` (``batches.meta`` optional, for the
 class names), read from the folder ``cifar-10-batches-py`` inside the data directory or from the

@@ -1,4 +1,6 @@
-"""MNIST from the standard IDX files (LeCun, Cortes & Burges).
+"""MNIST handwritten digits from the standard IDX files.
+
+Paper: LeCun, Cortes, Burges, "The MNIST database of handwritten digits", 1998
 
 Files (each raw or gzip-compressed, ``.gz``): ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``
 and optionally ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, read from ``data_dir``

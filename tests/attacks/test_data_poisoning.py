@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from robustfl import attacks
-from robustfl.errors import ConfigError
+from robustfl.errors import ConfigError, ParameterError
 from robustfl.types import TaskInfo
 
 from ._helpers import ctx, np_
@@ -80,3 +80,23 @@ def test_backdoor_refuses_non_image_tasks() -> None:
         attacks.create("backdoor").setup(LOGREG)
     with pytest.raises(ConfigError, match="target_label"):
         attacks.create("backdoor", target_label=10).setup(MNIST)
+
+
+def test_backdoor_centre_trigger_is_the_middle_square() -> None:
+    """position = "centre": the s x s square from ((H - s) // 2, (W - s) // 2), by hand for 28 x 28, s = 3."""
+    from robustfl.attacks.backdoor import Backdoor
+    from robustfl.types import TaskInfo
+
+    info = TaskInfo(name="mnist", num_classes=10, input_shape=(1, 28, 28), is_image=True)
+    expected = torch.zeros(28, 28)
+    expected[12:15, 12:15] = 1.0
+    centre = Backdoor(position="centre")
+    centre.setup(info)
+    assert torch.equal(centre.trigger(torch.zeros(4, 1, 28, 28))[:, 0], expected.expand(4, 28, 28))
+    corner = Backdoor()
+    corner.setup(info)
+    expected_corner = torch.zeros(28, 28)
+    expected_corner[25:, 25:] = 1.0
+    assert torch.equal(corner.trigger(torch.zeros(1, 1, 28, 28))[0, 0], expected_corner)
+    with pytest.raises(ParameterError, match="position"):
+        Backdoor(position="middle")

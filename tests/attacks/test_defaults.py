@@ -22,7 +22,7 @@ from ._helpers import ctx, np_
 # attack -> {parameter: default}; the sources are in docs/attacks.md (one row per parameter)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "alie": {"z": None},
-    "backdoor": {"target_label": 0, "trigger_size": 3, "poison_fraction": 0.5},
+    "backdoor": {"target_label": 0, "trigger_size": 3, "poison_fraction": 0.5, "position": "corner"},
     "drift": {"base": "sign_flip", "ramp": 50},
     "fang_krum": {},
     "fang_trim": {},

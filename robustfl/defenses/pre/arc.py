@@ -1,4 +1,7 @@
-"""Adaptive robust clipping, ARC (Allouah, Guerraoui, Gupta, Jellouli, Rizk, Stephan, ICLR 2025).
+"""Adaptive robust clipping, ARC: the k largest rows are clipped to the norm of the (k+1)-th.
+
+Paper: Allouah, Guerraoui, Gupta, Jellouli, Rizk, Stephan, "Boosting Robustness by Clipping
+Gradients in Distributed Learning", ICLR 2025
 
 With k = floor(2 (f/K) (K - f)) (f = f-hat), the k rows of largest norm are scaled down to the
 norm of the (k+1)-th largest; the others are untouched (k = 0: nothing changes). The threshold

@@ -1,5 +1,7 @@
-"""Bucketing (Karimireddy, He, Jaggi, "Byzantine-Robust Learning on Heterogeneous Datasets via
-Bucketing", ICLR 2022).
+"""Bucketing: average the rows in random buckets of size s before the rule.
+
+Paper: Karimireddy, He, Jaggi, "Byzantine-Robust Learning on Heterogeneous Datasets via Bucketing",
+ICLR 2022
 
 A random permutation of the K rows (``torch.randperm(K, generator=ctx.generator)``; a fresh
 generator seeded 0 when the context has none) is cut into consecutive buckets of ``size`` s

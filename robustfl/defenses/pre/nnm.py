@@ -1,5 +1,7 @@
-"""Nearest-neighbour mixing, NNM (Allouah, Farhadkhani, Guerraoui, Gupta, Pinot, Stephan,
-AISTATS 2023).
+"""Nearest-neighbour mixing, NNM: replace each row by the mean of its K - f nearest rows.
+
+Paper: Allouah, Farhadkhani, Guerraoui, Gupta, Pinot, Stephan, "Fixing by Mixing: A Recipe for
+Optimal Byzantine ML under Heterogeneity", AISTATS 2023
 
 Each row is replaced by the mean of its m = K - f nearest rows (f = f-hat; at least 1), itself
 included (first, even among equal distances; other ties to the lower index; neighbourhoods
