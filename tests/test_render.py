@@ -109,7 +109,7 @@ def test_one_table_per_sweep_point() -> None:
 
 def test_progress_counts_and_quiet() -> None:
     c = console()
-    with render.MatrixProgress(console=c) as p:
+    with render.MatrixProgress(console=c, plain=False) as p:  # the live line (not a terminal: plain lines)
         p.start(5, done=1)
         p.cell_started("alie[z=1] vs krum")
         p.cell_started("none vs krum")

@@ -77,7 +77,7 @@ def known_rows(ctx: AttackContext) -> Tensor:
 
 
 def mean_std(rows: Tensor, ddof: int = 0) -> tuple[Tensor, Tensor]:
-    """Coordinate-wise mean and standard deviation with ``ddof`` (0: population, SPEC's default;
+    """Coordinate-wise mean and standard deviation with ``ddof`` (0: population, robustfl's default;
     1: unbiased, as ``torch.std`` in Shejwalkar & Houmansadr's code). With fewer than ddof + 1
     rows the deviation is undefined and returned as zeros."""
     if rows.shape[0] <= ddof:

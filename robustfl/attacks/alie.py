@@ -12,7 +12,7 @@ median-, trimmed-mean- and Krum-type rules keep them; the bias z * sigma per coo
 the rules' detection threshold yet adds up over rounds. No robust rule's guarantee excludes it
 beyond its sigma-proportional error term.
 
-Defaults (docs/attacks.md): ``z = None`` is the paper's formula above (SPEC section 2). The authors'
+Defaults (docs/attacks.md): ``z = None`` is the paper's formula above (robustfl's choice). The authors'
 code (moranant/attacking_distributed_learning) instead takes z from the command line (``--num_std``,
 default 1.5), uses the population std (``np.var(...) ** 0.5``, as here) and sends ``mu - z sigma``:
 pass a negative z for that sign.

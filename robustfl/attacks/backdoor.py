@@ -17,7 +17,7 @@ do not bound it: the rows can be close to honest ones while the trigger is learn
 ``scaling`` (base = "backdoor") for the FLTrust paper's Scaling attack.
 
 Defaults (docs/attacks.md): ``target_label = 0``, ``trigger_size = 3``, ``poison_fraction = 0.5``
-are SPEC's; no source stating them was found. FoundationFL describes the Scaling attack as adding
+are robustfl's own; no source stating them was found. FoundationFL describes the Scaling attack as adding
 the trigger to *duplicated copies* of the local data (an augmented set, half of it triggered),
 whereas here half of the existing images are stamped.
 """

@@ -5,7 +5,7 @@ t < ``ramp`` (default 50) and ``b`` from then on, b the ``base`` attack's rows (
 ``sign_flip``). The slow start is aimed at history-based and similarity-threshold defenses that
 calibrate on early rounds; once t >= ramp it is the base attack and inherits its regime.
 
-Defaults (docs/attacks.md): ``base = "sign_flip"``, ``ramp = 50`` are SPEC's (the FedSim
+Defaults (docs/attacks.md): ``base = "sign_flip"``, ``ramp = 50`` are robustfl's own (the FedSim
 validation report is not a public source available here).
 """
 

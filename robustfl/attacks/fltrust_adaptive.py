@@ -4,7 +4,7 @@ own direction.
 Paper: Cao, Fang, Liu, Gong, "FLTrust: Byzantine-robust Federated Learning via Trust Bootstrapping",
 NDSS 2021 (section on adaptive attacks)
 
-FLTrust (SPEC section 1): with server update g0, ``TS_i = ReLU(cos(u_i, g0))``, rows rescaled to
+FLTrust (docs/maths.md): with server update g0, ``TS_i = ReLU(cos(u_i, g0))``, rows rescaled to
 ``||g0||``, ``g = sum_i TS_i ||g0|| u_i/||u_i|| / sum_j TS_j`` (zero when sum TS <= eps). Since the
 magnitudes are normalised the attackers choose unit directions e_i and send ``||g0|| e_i``. With
 g the aggregate without attack (the Byzantine clients sending their own rows), s = sign(g) and
@@ -25,7 +25,7 @@ Needs the reference g0 and the honest rows. FLTrust's bound (Theorem 1) holds fo
 rows, so the attack can at most reach it; ``last_stats``: ``objective``, ``start_objective``
 (gradient) or ``angle`` (degrees).
 
-Defaults (docs/attacks.md): ``steps = 10``, ``lr = 0.01``, ``variant = "gradient"`` are SPEC's; the
+Defaults (docs/attacks.md): ``steps = 10``, ``lr = 0.01``, ``variant = "gradient"`` are robustfl's own; the
 FLTrust paper's text and the authors' code were not available to check them.
 """
 

@@ -9,7 +9,7 @@ is a genuine honest update, so no outlier filter can flag it, yet over-represent
 biases the aggregate towards its data under heterogeneity; bucketing/NNM pre-aggregation restores
 the robust rules' guarantees.
 
-Default ``target = None`` (farthest honest row from mu) is SPEC's choice, not the authors': their
+Default ``target = None`` (farthest honest row from mu) is robustfl's own choice, not the authors': their
 code (epfml/byzantine-robust-noniid-optimizer, ``MimicVariantAttacker``, ``--mimic-warmup 1``)
 picks argmax_i <u_i, z>, z one power-iteration step of the honest rows' covariance from a seeded
 Gaussian start, and keeps that target after the warm-up (docs/attacks.md).

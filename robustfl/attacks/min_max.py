@@ -21,7 +21,7 @@ harm is gamma * p.
 Defaults and their sources (docs/attacks.md): ``perturbation = "std"`` is what the authors'
 released CIFAR-10 notebooks set (vrt1shjwlkr/NDSS21-Model-Poisoning, ``dev_type = 'std'``; their
 FEMNIST notebooks pass ``'sign'``; ``'unit_vec'`` is only the functions' unused keyword default).
-``gamma_max = None`` (uncapped) and ``ddof = 0`` follow SPEC section 2. The authors' bisection
+``gamma_max = None`` (uncapped) and ``ddof = 0`` are robustfl's defaults. The authors' bisection
 starts at gamma_init (10 on CIFAR-10, 50 on FEMNIST) and can only reach values below 2 gamma_init,
 with ``torch.std`` (ddof 1): ``gamma_max = 20, ddof = 1`` reproduces their CIFAR-10 search to its
 1e-5 tolerance. Uncapped, ddof does not change m (it rescales p, and gamma scales back), only the

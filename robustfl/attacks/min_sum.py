@@ -19,7 +19,7 @@ Multi-Krum) rank m among the honest rows.
 Defaults and their sources (docs/attacks.md): ``perturbation = "std"`` and ``bound = "min"`` as in
 the authors' released CIFAR-10 notebooks (vrt1shjwlkr/NDSS21-Model-Poisoning: ``dev_type = 'std'``,
 ``score <= min_score``; FEMNIST notebooks pass ``'sign'``). ``gamma_max = None`` and ``ddof = 0``
-follow SPEC section 2; ``gamma_max = 20, ddof = 1`` reproduces the authors' CIFAR-10 bisection
+are robustfl's defaults; ``gamma_max = 20, ddof = 1`` reproduces the authors' CIFAR-10 bisection
 (gamma_init 10, reachable values below 2 gamma_init, ``torch.std``). Uncapped, ddof does not change
 m, only the reported gamma.
 """

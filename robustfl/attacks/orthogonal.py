@@ -12,7 +12,7 @@ while distance rules see rows of honest size; intermediate angles give the rotat
 When ||mu|| <= eps the rows are zero.
 
 Defaults (docs/attacks.md): no single paper defines this attack; ``norm_factor = 1`` and
-``angle = 90`` are SPEC's. The ROP code (CRYPTO-KU/FL-Byzantine-Library ``config/attack.py``)
+``angle = 90`` are robustfl's own. The ROP code (CRYPTO-KU/FL-Byzantine-Library ``config/attack.py``)
 defaults to ``angle = 270`` (also orthogonal, the opposite side), ``pi = 1``, ``lamb = 0.9``.
 """
 

@@ -11,7 +11,7 @@ Breaks FedAvg for any lambda large enough; norm-bounding rules (FLTrust's rescal
 undo the magnitude by construction. With ``base = "backdoor"`` (data poisoning forwarded) this is
 the FLTrust paper's Scaling attack.
 
-Defaults (docs/attacks.md): ``factor = None`` (K) and ``base = None`` are SPEC's; the factor the
+Defaults (docs/attacks.md): ``factor = None`` (K) and ``base = None`` are robustfl's own; the factor the
 FLTrust and FoundationFL papers use was not found in the sources available here.
 """
 

@@ -17,7 +17,7 @@ generator, when that component is ~0); the angle phi is the largest with
 guarantee cannot exclude it: the rows are as similar as the best honest row by construction; the
 harm per round is bounded by sin(phi) times the rows' norm.
 
-Defaults (docs/attacks.md): ``target_similarity = None``, ``target = "update"`` are SPEC's; this
+Defaults (docs/attacks.md): ``target_similarity = None``, ``target = "update"`` are robustfl's; this
 attack is robustfl's own (no paper).
 """
 

@@ -12,7 +12,7 @@ Similarity-based rules (FoolsGold) down-weight the near-duplicates; averaging ru
 f/K of the weight.
 
 Defaults (docs/attacks.md): ``identities = None`` (all), ``base = "sign_flip"``, ``jitter = 0`` are
-SPEC's; FoolsGold's Sybils are label-flipping clients, not a numeric setting to copy.
+robustfl's own; FoolsGold's Sybils are label-flipping clients, not a numeric setting to copy.
 """
 
 from __future__ import annotations

@@ -263,28 +263,52 @@ def _write_json(path: str, obj: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..simulation import convergence
     from ..simulation.components import chosen_spec
     from ..simulation.matrix import Job, _failed, set_up
-    from ..simulation.runner import clean_reference
+    from ..simulation.runner import clean_convergence
     from . import render
 
     sc = _load(args)  # --set attack.* / defense.* apply to the attack and defense chosen
     attack: Any = chosen_spec(sc, "attack", args.attack or None)
     defense: Any = chosen_spec(sc, "defense", args.defense or None)
     sim = set_up(sc, attack, defense, args.seed, args.allow_outside_guarantee, device=args.device)
+    verdict: dict[str, Any] | None = None  # has the clean run converged? (convergence.py)
     try:
         ref = None
-        if sim.problem.optimum is None:
-            ref = clean_reference(sc, args.seed, device=args.device)
+        if sim.problem.optimum is None:  # the clean run: the reference, and its verdict
+            ref, verdict = clean_convergence(sc, args.seed, device=args.device)
+            if verdict["error"] is not None:
+                raise ConfigError(
+                    f"the clean run (attack none, defense fedavg, seed {args.seed}) diverged: "
+                    f"{verdict['error']}"
+                )
         cell = sim.run(ref).cell
     except RobustFLError:
         raise
     except Exception as exc:
         cell = _failed(Job("", sc, attack, defense, args.seed), exc)
+    if verdict is None and cell.status != "failed":  # an exact optimum: the clean run's own verdict
+        rounds = int(sc.section("federation")["rounds"])
+        if attack == "none" and defense == "fedavg":  # this cell is the clean run
+            verdict = convergence.from_cell(cell, rounds)
+        if verdict is None:
+            try:
+                verdict = clean_convergence(sc, args.seed, device=args.device)[1]
+            except Exception as exc:  # said beside the cell, never fatal to it
+                verdict = convergence.verdict(
+                    None, rounds=rounds, reference=cell.reference, seed=args.seed, error=str(exc)
+                )
     if args.json:
-        _write_json(args.json, cell.to_json())
+        doc = cell.to_json()
+        if verdict is not None:
+            doc["convergence"] = verdict
+        _write_json(args.json, doc)
     if not args.quiet:
         render.print_cell(cell)
+        render.print_convergence([verdict] if verdict is not None else [])
+        if args.json:
+            render.print_note(f"wrote {args.json}")
     return 1 if cell.status == "failed" else 0
 
 
@@ -317,13 +341,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                 progress=progress,
                 cell_timeout=args.cell_timeout,
             )
+        verdicts = list(result.provenance.get("convergence") or [])  # the clean runs converged?
         if args.json:
-            _write_json(args.json, result.to_json())
+            _write_json(args.json, {**result.to_json(), "convergence": verdicts})
         if args.plot:
             from .plots import heatmap
 
             heatmap(result.cells, args.plot)
-        render.print_matrix(result.cells, title=sc.name)
+        render.print_matrix(result.cells, title=sc.name, convergence=verdicts)
     except KeyboardInterrupt as exc:
         if result is None or isinstance(exc, Interrupted):
             raise
@@ -545,6 +570,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             published=published,
             runs=view.runs,
             setting_keys=view.keys,
+            convergence=view.convergence,
         )
         if args.output:
             out = Path(args.output)
@@ -564,6 +590,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             runs=view.runs,
             setting_keys=view.keys,
             title=str(args.store),
+            convergence=view.convergence,
         )
     if args.output and not args.quiet:
         render.print_note(f"wrote {args.output}")

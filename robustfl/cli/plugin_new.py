@@ -112,7 +112,7 @@ packages = ["${module}"]
 _README = """\
 # ${dist}
 
-A [robustfl](https://github.com/) ${kind} plugin: `${name}` (class `${module}.${cls}`).
+A robustfl ${kind} plugin: `${name}` (class `${module}.${cls}`).
 
 ## Install
 
@@ -130,6 +130,21 @@ robustfl matrix quick --${kind}s ${name} --seeds 0
 
 Parameters are the dataclass fields of `${cls}`; set them in a scenario file, e.g.
 `[${kind}] name = "${name}"` plus the parameters beside `name`, or `--set ${kind}.<param>=<value>`.
+
+## Documentation
+
+Everything is in the installed robustfl, no web page needed:
+
+```
+robustfl show ${name}              # its parameters, defaults, knowledge and formula (from the docstring)
+robustfl list ${kind}s              # the built-in ${kind}s to compare against, with their papers
+python -m pydoc robustfl.types      # the contract: AttackContext, DefenseContext, Aggregate, Knowledge
+python -m pydoc robustfl.testing    # the conformance checks tests/test_${name}.py runs
+```
+
+robustfl's source tree documents the design (`docs/design.md`: the ${kind} contract, the context
+fields, the knowledge flags) and the maths (`docs/maths.md`), and CONTRIBUTING.md walks through
+writing an attack or a defense.
 
 ## Test
 

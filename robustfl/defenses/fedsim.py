@@ -1,6 +1,6 @@
 """FedSim: cosine-similarity weights with ReLU clipping and a water-filled weight cap.
 
-Formula (the FedSim validation report in ``seeds/``, corrected and made exact in SPEC.md §1).
+Formula (the FedSim validation report in ``seeds/``, corrected and made exact; in short in docs/maths.md).
 ``basis = "model"``: v_k = w + u_k, r = w (the global model); ``basis = "update"``: v_k = u_k,
 r = ``ctx.reference`` if given, else the coordinate-wise median of the valid rows::
 

@@ -23,7 +23,7 @@ Stats: ``mean_trust`` (mean TS over all K rows, invalid rows counting 0), ``num_
 
 Regime: any number of malicious clients, provided the root data are clean and representative of
 the clients' distribution (Theorem 1 assumes a strongly convex, smooth loss and i.i.d. root data;
-as printed its proof never yields ρ > 0 -- see SPEC.md §5). Deterministically ‖g‖ <= ‖g0‖ and a
+as printed its proof never yields ρ > 0 -- see docs/bound.md). Deterministically ‖g‖ <= ‖g0‖ and a
 row with c_i <= 0 has no influence; scaling a row by c > 0 changes nothing.
 """
 

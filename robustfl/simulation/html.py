@@ -17,6 +17,8 @@ figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep 
 * for a store whose scenario has published tables (:mod:`robustfl.simulation.published`), the
   measured error (and backdoor success) rates beside the paper's, with the cells outside the
   tolerance flagged and Kendall's tau per attack;
+* under a table whose clean run (attack none, defense fedavg) has not converged by the criterion
+  of :mod:`robustfl.simulation.convergence`, a "clean FedAvg run not converged: ..." line;
 * the failed cells with their errors, and the provenance of every run written to the store
   (versions, overrides, where each attack and defense came from, the scenario's hash, the
   scenario itself), each headed by its values of the keys that tell the store's settings apart.
@@ -69,6 +71,7 @@ td,th{border:1px solid #aaa;padding:.25em .55em;text-align:right;font-size:.9em}
 th{background:#eee}td.l,th.l{text-align:left}
 img{max-width:100%;height:auto;display:block;margin:.5em 0}
 .note{color:#555;font-size:.9em}
+.not-converged{color:#b71c1c;font-size:.9em}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em}
 nav a{margin-right:1em}
 """
@@ -278,7 +281,9 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img src="{_png_uri(png)}" alt="{html.escape(alt)}">'
 
 
-def _table(cells: Sequence[Cell], metric: str) -> list[str]:
+def _table(
+    cells: Sequence[Cell], metric: str, convergence: Sequence[Mapping[str, Any]] = ()
+) -> list[str]:
     e = html.escape
     summary = report.summarize(cells, metric)
     out: list[str] = []
@@ -302,6 +307,9 @@ def _table(cells: Sequence[Cell], metric: str) -> list[str]:
                 tds.append(f"<td{style}>{e(cell_text(g))}</td>")
             out.append(f'<tr><th class="l">{e(a)}</th>{"".join(tds)}</tr>')
         out.append("</tbody></table>")
+        unsettled = report.convergence_note(convergence, point)  # the clean run has not converged
+        if unsettled:
+            out.append(f'<p class="not-converged"><strong>{e(unsettled)}</strong></p>')
     if summary:
         note = "<br>".join(e(line) for line in report.caption(summary, metric).splitlines())
         out.append(f'<p class="note">{note}</p>')
@@ -411,8 +419,11 @@ def page(
     published: Sequence[_published.Comparison] = (),
     runs: Sequence[Mapping[str, Any]] = (),
     setting_keys: Sequence[str] = (),
+    convergence: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The whole HTML page (see the module docstring); ``published``: the comparisons with
+    """The whole HTML page (see the module docstring); ``convergence``: the clean runs' verdicts
+    (:mod:`robustfl.simulation.convergence`), a "not converged" line under each table whose clean
+    run has not converged; ``published``: the comparisons with
     published tables to show (none by default); ``runs``: every run of the store, for the
     provenance (default: the one ``scenario`` / ``provenance``); ``setting_keys``: the keys that
     tell the store's settings apart (the cells' sweep points carry them, :func:`report.annotate`)."""
@@ -440,7 +451,7 @@ def page(
     body.append('<h2 id="matrix">Final relative drift</h2>')
     heading = f"final {metric.replace('_', ' ')} by attack and defense (mean over seeds)"
     body.append(_img(_heatmap_png(cells, metric, heading), f"heatmap of the final {metric}"))
-    body += _table(cells, metric)
+    body += _table(cells, metric, convergence)
     if any(clean_number(c.final.get("accuracy")) is not None for c in cells):
         body.append("<h2>Final accuracy</h2>")
         body += _table(cells, "accuracy")

@@ -5,7 +5,8 @@ its ``min_clients``: exit 2). Finished cells (``ok`` or ``diverged``) already in
 skipped; ``failed`` ones are retried. Tasks without an exact optimum first get their clean-run
 reference (attack none, defense fedavg) per seed and sweep point, cached in the store too.
 Each finished cell is written in one transaction as soon as it arrives, so an interrupted sweep
-loses nothing.
+loses nothing. After the cells, every (sweep point, seed) gets the verdict of its clean run's
+convergence (:mod:`.convergence`, :func:`clean_verdicts`), in ``provenance["convergence"]``.
 
 Faults. A cell that raises is recorded as ``failed`` with its error; one whose model stops being
 finite is ``diverged`` (a result, not a fault); with ``cell_timeout`` a cell still running after
@@ -52,13 +53,18 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, RobustFLError, StoreError
-from ..scenario import Scenario
+from ..scenario import Scenario, config_hash
 from . import components as C
 from .results import Cell, MatrixResult
 from .runner import Simulation, build_problem, cell_config, cell_key, clean_reference, reference_key, simulate
 
 
 class Progress(Protocol):
+    """What ``run_matrix`` reports to: ``start(total)``, then ``cell_started(label)`` and
+    ``cell_finished(cell)`` as cells go. A progress that also has ``pending(cells, workers)`` gets,
+    after ``start``, the (label, attack label, defense label) of every cell still to run and the
+    number of workers (robustfl.cli.render.MatrixProgress learns its time left from them)."""
+
     def start(self, total: int) -> None: ...
     def cell_started(self, label: str) -> None: ...
     def cell_finished(self, cell: Cell) -> None: ...
@@ -745,6 +751,10 @@ def run_matrix(
                 progress.start(len(jobs))
                 for c in done.values():
                     progress.cell_finished(c)
+                expect = getattr(progress, "pending", None)
+                if callable(expect):  # optional: what is left, for a time estimate per attack and defense
+                    left = [(j.label, C.attack_label(j.attack), C.defense_label(j.defense)) for j in todo]
+                    expect(left, workers)
             by_key = {j.key: j for j in todo}
             from_store: set[str] = set()
 
@@ -793,6 +803,8 @@ def run_matrix(
             with closing(cells):  # on Ctrl-C the generator's workers are stopped right here
                 for cell in cells:
                     record(cell)
+            # has each clean run converged? (convergence.py) -- per sweep point and seed
+            prov["convergence"] = clean_verdicts(jobs, done, db, ref_errors, device)
     except KeyboardInterrupt:
         if not jobs:  # still planning: nothing ran, nothing to say about a store
             raise
@@ -803,6 +815,67 @@ def run_matrix(
         if db is not None:
             db.close()
     return MatrixResult(scenario.to_dict(), prov, [done[j.key] for j in jobs if j.key in done])
+
+
+def clean_verdicts(
+    jobs: Sequence[Job],
+    done: dict[str, Cell],
+    db: Any = None,
+    ref_errors: dict[str, str] | None = None,
+    device: str = "cpu",
+) -> list[dict[str, Any]]:
+    """The convergence verdict of the clean run of every (sweep point, seed) of ``jobs``
+    (:mod:`robustfl.simulation.convergence`), in plan order: read off the matrix's own
+    ``none x fedavg`` cell where it ran and measured round floor(0.9 T), else from the store, else
+    from one clean run here. Each verdict is kept in the store's refs table
+    (``conv-<the clean cell's key>``, an empty vector, the verdict as its meta) for the reports."""
+    from . import convergence
+    from .runner import clean_convergence
+
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    # the threat model does not touch the clean run (no attack, FedAvg ignores f-hat): sweep
+    # points that differ only there share one clean run
+    same_run: dict[str, dict[str, Any]] = {}
+    for j in jobs:
+        clean = cell_key(j.scenario, "none", "fedavg", j.seed)
+        if clean in seen:
+            continue
+        seen.add(clean)
+        rounds = int(j.scenario.section("federation")["rounds"])
+        config = cell_config(j.scenario, "none", "fedavg", j.seed)
+        untouched = {k: x for k, x in config["scenario"].items() if k != "threat"}
+        run_key = config_hash({**config, "scenario": untouched})
+        v: dict[str, Any] | None = None
+        if clean in done:
+            v = convergence.from_cell(done[clean], rounds, j.sweep)
+        if v is None and run_key in same_run:
+            v = {**same_run[run_key], "sweep": dict(j.sweep)}
+        if v is None and db is not None:
+            meta = db.get_ref_meta(convergence.store_key(clean))
+            v = dict(meta["verdict"]) if meta and isinstance(meta.get("verdict"), dict) else None
+            if v is not None:
+                v["sweep"] = dict(j.sweep)
+        err = (ref_errors or {}).get(reference_key(j.scenario, j.seed))
+        if v is None and err is not None:  # the clean run already failed as the cells' reference
+            ref_kind = "exact" if not _needs_reference(j) else "clean_run"
+            v = convergence.verdict(
+                None, rounds=rounds, reference=ref_kind, seed=j.seed, sweep=j.sweep, error=err
+            )
+        if v is None:
+            try:
+                _, v = clean_convergence(j.scenario, j.seed, device=device, sweep=j.sweep)
+            except Exception as exc:  # said in the verdict, never fatal to the matrix
+                ref_kind = "exact" if not _needs_reference(j) else "clean_run"
+                v = convergence.verdict(
+                    None, rounds=rounds, reference=ref_kind, seed=j.seed, sweep=j.sweep, error=_describe(exc)
+                )
+        if db is not None and v.get("error") is None:
+            db.put_ref(convergence.store_key(clean), np.zeros(0), {"verdict": v})
+        if v.get("error") is None:
+            same_run[run_key] = v
+        out.append(v)
+    return out
 
 
 def _finished_cell(db: Any, key: str) -> Cell | None:

@@ -6,6 +6,12 @@ metric over the seeds of each group. A store may hold several settings (runs wit
 between them to every cell's sweep point, so a group is always one setting, never several pooled
 (see "settings" below).
 
+Every view also says when a clean run (attack none, defense fedavg) has not converged by the one
+criterion of :mod:`robustfl.simulation.convergence` (its relative drift at round floor(0.9 T)
+above 0.05): a "clean FedAvg run not converged: ..." line under the table of that sweep point
+(:func:`convergence_note`), the verdicts in the JSON's ``"convergence"`` list and the CSV's
+``clean_converged`` / ``clean_convergence`` columns; a converged run adds nothing but those.
+
 * ``mean`` over the seeds that produced a value; ``std`` the *sample* standard deviation
   (``ddof=1``, computed exactly by :mod:`statistics`) when n > 1, else 0; ``ci95`` the
   half-width of the two-sided 95 % Student-t interval for the mean,
@@ -56,6 +62,7 @@ from typing import Any
 from scipy import stats
 
 from robustfl.errors import ConfigError
+from robustfl.simulation import convergence as _convergence
 from robustfl.simulation import published as _published
 from robustfl.simulation.results import Cell, clean_number
 
@@ -205,6 +212,8 @@ class StoreView:
     keys: list[str]
     runs: list[dict[str, Any]]
     pairs: list[tuple[Cell, dict[str, Any]]]
+    # the clean runs' convergence verdicts (convergence.py), their sweep points as the cells'
+    convergence: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def scenario(self) -> dict[str, Any] | None:
@@ -226,8 +235,51 @@ def load_store(path: str | Path) -> StoreView:
         except (TypeError, AttributeError) as exc:  # a row whose JSON has the wrong shape
             raise StoreError(f"store {path} is corrupt: cannot read the cells: {exc}") from None
         runs = st.runs()
-    cells, keys = annotate(pairs)
-    return StoreView(str(path), cells, keys, runs, pairs)
+        cells, keys = annotate(pairs)
+        verdicts = stored_verdicts(st, pairs, cells)
+    return StoreView(str(path), cells, keys, runs, pairs, verdicts)
+
+
+def stored_verdicts(
+    store: Any, pairs: Sequence[tuple[Cell, Mapping[str, Any]]], annotated: Sequence[Cell]
+) -> list[dict[str, Any]]:
+    """The convergence verdict of each (setting, seed) of a store's cells: the one the matrix kept
+    (refs row ``conv-<clean cell key>``), else read off the stored clean cell (attack none, defense
+    fedavg) when it measured round floor(0.9 T); none for a setting that has neither. Each
+    verdict's ``sweep`` is its cells' annotated sweep point, so the views match it to their tables."""
+    by_key = {c.key: c for c, _ in pairs if c.key}
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for (_, cfg), cell in zip(pairs, annotated, strict=True):
+        if not cfg or "scenario" not in cfg:
+            continue
+        clean = _convergence.clean_key_of(cfg)
+        if clean in seen:
+            continue
+        seen.add(clean)
+        meta = store.get_ref_meta(_convergence.store_key(clean))
+        v: dict[str, Any] | None = None
+        if meta and isinstance(meta.get("verdict"), Mapping):
+            v = dict(meta["verdict"])
+        elif clean in by_key:
+            rounds = ((cfg["scenario"] or {}).get("federation") or {}).get("rounds")
+            if isinstance(rounds, int):
+                v = _convergence.from_cell(by_key[clean], rounds)
+        if v is not None:
+            v["sweep"] = dict(cell.sweep)
+            out.append(v)
+    return out
+
+
+def convergence_note(
+    verdicts: Sequence[Mapping[str, Any]], point: str | None = None, with_criterion: bool = True
+) -> str:
+    """"clean FedAvg run not converged: ..." for the verdicts of sweep point ``point`` (all
+    when None), with the criterion unless ``with_criterion`` is False, or "" when every clean run
+    there converged (:mod:`robustfl.simulation.convergence`)."""
+    if point is not None:
+        verdicts = _convergence.by_point(verdicts, sweep_label).get(point, [])
+    return _convergence.note(verdicts, with_criterion)
 
 
 def settings_note(keys: Sequence[str], cells: Iterable[Cell] = ()) -> str:
@@ -523,14 +575,22 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def to_csv(cells: Iterable[Cell]) -> str:
+def to_csv(cells: Iterable[Cell], convergence: Sequence[Mapping[str, Any]] = ()) -> str:
     """One row per cell: ``Cell.record()`` (identity, status, sweep values, final metrics), plus
-    ``key`` when the cells carry one. Missing values are empty fields."""
+    ``key`` when the cells carry one, and, given the clean runs' ``convergence`` verdicts, the
+    verdict of the cell's setting and seed: ``clean_converged`` (true/false) and
+    ``clean_convergence`` (the criterion's value). Missing values are empty fields."""
     cells = list(cells)
     records = [c.record() for c in cells]
     if any(c.key for c in cells):
         for r, c in zip(records, cells, strict=True):
             r["key"] = c.key
+    if convergence:
+        found = {(sweep_label(v.get("sweep") or {}), v.get("seed")): v for v in convergence}
+        for r, c in zip(records, cells, strict=True):
+            v = found.get((sweep_label(c.sweep), c.seed))
+            r["clean_converged"] = None if v is None else bool(v.get("converged"))
+            r["clean_convergence"] = None if v is None else v.get("value")
     fields: dict[str, None] = {}
     for r in records:
         fields.update(dict.fromkeys(r))
@@ -555,6 +615,7 @@ def to_json(
     runs: Sequence[Mapping[str, Any]] = (),
     setting_keys: Sequence[str] = (),
     metric: str = "relative_drift",
+    convergence: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The matrix document of ``--json``: ``{"scenario", "provenance", "cells": [CELL, ...]}``
     (``scenario`` and ``provenance`` of the last run), strict JSON (non-finite numbers become
@@ -568,6 +629,9 @@ def to_json(
       ``status``, ``text``, ``n``, ``mean``, ``std``, ``ci95`` (the ± of every view), ``ok``,
       ``diverged``, ``failed``, ``outside_guarantee``;
     * ``"runs"``: every run the store recorded, ``{"id", "started", "scenario", "provenance"}``;
+    * ``"convergence"``: the clean run's verdict per setting and seed
+      (:mod:`~robustfl.simulation.convergence`: ``criterion``, ``value``, ``threshold``,
+      ``converged``, ``round``, ``rounds``, ``seed``, ``sweep``, ...), empty when it has none;
     * with ``published`` comparisons, ``"published": [COMPARISON, ...]``
       (:meth:`~robustfl.simulation.published.Comparison.to_json`)."""
     cells = list(cells)
@@ -592,6 +656,7 @@ def to_json(
         "settings": {"keys": list(setting_keys), "points": list(points.values())},
         "groups": groups,
         "runs": [dict(r) for r in runs],
+        "convergence": [dict(v) for v in convergence],
     }
     if published:
         doc["published"] = [c.to_json() for c in published]
@@ -618,6 +683,7 @@ def to_markdown(
     show_time: bool | None = None,
     published: Sequence[_published.Comparison] = (),
     setting_keys: Sequence[str] = (),
+    convergence: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """One Markdown table per sweep point (and setting: see :func:`annotate`; ``setting_keys``
     named above them): rows attacks, columns defenses, "mean ± 95 % half-width" (:func:`caption`),
@@ -645,6 +711,9 @@ def to_markdown(
         if len(attacks) > 1:
             rows.append((f"**{WORST_ROW}**", [_md(worst[(point, d)]["text"]) for d in defenses]))
         parts.append(_md_table("attack", defenses, rows, "---|"))
+        unsettled = convergence_note(convergence, point)  # the clean run not converged: said here
+        if unsettled:
+            parts.append(f"**{_md(unsettled)}**\n")
     if summary:
         parts.append(caption(summary, metric, colours=False).replace("\n", "  \n") + "\n")
     for key, view in axis_views(cells, metric).items():
@@ -680,6 +749,7 @@ def to_html(
     metric: str = "relative_drift",
     published: Sequence[_published.Comparison] = (),
     setting_keys: Sequence[str] = (),
+    convergence: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """A standalone HTML page: one table per sweep point and setting (with its "worst case" row),
     then one per sweep key (:func:`axis_views`), cells coloured by severity; then a "measured vs published"
@@ -722,6 +792,9 @@ def to_html(
             tds = [td(worst[(point, d)]) for d in defenses]
             body.append(f"<tfoot><tr><th>{WORST_ROW}</th>{''.join(tds)}</tr></tfoot>")
         body.append("</table>")
+        unsettled = convergence_note(convergence, point)
+        if unsettled:
+            body.append(f'<p class="not-converged"><strong>{e(unsettled)}</strong></p>')
     if summary:
         body.append("<p>" + "<br>".join(e(line) for line in caption(summary, metric).splitlines()) + "</p>")
     for key, view in axis_views(cells, metric).items():
@@ -757,19 +830,30 @@ def render(
     *,
     runs: Sequence[Mapping[str, Any]] = (),
     setting_keys: Sequence[str] = (),
+    convergence: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The text of one non-terminal format: ``csv``, ``json``, ``markdown`` or ``html``;
     ``published`` comparisons go into json, markdown and html (csv stays one row per cell);
     ``runs`` (every run of the store) into json; ``setting_keys`` (the keys that tell the
-    store's settings apart, :func:`annotate`) are named in every format."""
+    store's settings apart, :func:`annotate`) are named in every format; so are the clean runs'
+    ``convergence`` verdicts that say "not converged" (and every verdict in json and csv)."""
     if format == "csv":
-        return to_csv(cells)
+        return to_csv(cells, convergence)
     if format == "json":
         return to_json(
-            cells, scenario, provenance, published, runs=runs, setting_keys=setting_keys, metric=metric
+            cells,
+            scenario,
+            provenance,
+            published,
+            runs=runs,
+            setting_keys=setting_keys,
+            metric=metric,
+            convergence=convergence,
         )
     if format == "markdown":
-        return to_markdown(cells, metric, published=published, setting_keys=setting_keys)
+        return to_markdown(
+            cells, metric, published=published, setting_keys=setting_keys, convergence=convergence
+        )
     if format == "html":
-        return to_html(cells, metric, published, setting_keys)
+        return to_html(cells, metric, published, setting_keys, convergence)
     raise ConfigError(f"report: format must be one of {', '.join(FORMATS)}, got {format!r}")

@@ -439,3 +439,56 @@ def clean_reference(scenario: Scenario, seed: int, device: str = "cpu") -> Tenso
             f"the clean run (attack none, defense fedavg, seed {seed}) diverged: {out.cell.error}"
         )
     return out.final_model
+
+
+def clean_convergence(
+    scenario: Scenario,
+    seed: int,
+    device: str = "cpu",
+    sweep: dict[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Any]]:
+    """The clean run (attack none, defense fedavg, ``seed``) and its convergence verdict
+    (:mod:`robustfl.simulation.convergence`): ``(w_T, verdict)``. For a task without an exact
+    optimum w_T is the reference w* of its cells (what :func:`clean_reference` returns, from the
+    same run). The model at round floor(0.9 T) is kept as the rounds pass (the algorithm's server
+    step is observed; the round loop is the usual one)."""
+    from . import convergence
+
+    sim = Simulation(scenario, "none", "fedavg", seed, allow_outside_guarantee=True, device=device)
+    rounds = int(scenario.section("federation")["rounds"])
+    t_check = convergence.checkpoint_round(rounds)
+    seen: dict[str, Any] = {"steps": 0, "w0": None, "w_check": None}
+    server_step = sim.algorithm.server_step
+
+    def observed(w: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if seen["w0"] is None:
+            seen["w0"] = w.detach().double().cpu().clone()
+        w_new = server_step(w, *args, **kwargs)
+        seen["steps"] += 1
+        if seen["steps"] == t_check:
+            seen["w_check"] = w_new.detach().double().cpu().clone()
+        return w_new
+
+    sim.algorithm.server_step = observed  # type: ignore[method-assign]
+    exact = sim.problem.optimum
+    zeros = torch.zeros(sim.problem.dim, dtype=sim.problem.dtype)
+    out = sim.run(reference_model=None if exact is not None else zeros)
+    reference = "exact" if exact is not None else "clean_run"
+    w_final = out.final_model
+    if out.cell.status != "ok" or seen["w0"] is None:
+        return w_final, convergence.verdict(
+            None,
+            rounds=rounds,
+            reference=reference,
+            seed=seed,
+            sweep=sweep,
+            error=out.cell.error or f"the clean run ended {out.cell.status}",
+        )
+    w0 = seen["w0"]
+    w_check = w0 if t_check == 0 else seen["w_check"]
+    w_ref = exact if exact is not None else w_final
+    value = convergence.relative_distance(w_check, w0, w_ref)
+    final = convergence.relative_distance(w_final, w0, exact) if exact is not None else None
+    return w_final, convergence.verdict(
+        value, rounds=rounds, reference=reference, seed=seed, sweep=sweep, final_relative_drift=final
+    )

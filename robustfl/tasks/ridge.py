@@ -7,7 +7,7 @@ seed (``cond = 1`` gives Sigma = I). Per-sample loss ``1/2 (x^T w - y)^2``; ever
 ``(l2/2)||w||^2``, so ``F(w) = 1/(2n) ||X w - y||^2 + (l2/2)||w||^2`` over all n clients' samples
 and ``w* = (X^T X + n l2 I)^-1 X^T y``.
 
-The population objective (SPEC.md section 5) is ``1/2 (w - w_true)^T Sigma (w - w_true) + noise^2/2
+The population objective (docs/bound.md) is ``1/2 (w - w_true)^T Sigma (w - w_true) + noise^2/2
 + (l2/2)||w||^2`` with minimiser ``(Sigma + l2 I)^-1 Sigma w_true``; ``extras`` carries ``sigma``,
 ``w_true``, ``noise``, ``l2``, ``population_optimum`` and ``sample(n, generator) -> (x, y)``
 (fresh draws from the same distribution, for root-set studies). The root set is ``root_size``

@@ -1,7 +1,7 @@
 """Conformance checks for any attack (built-in or plugin), in plain torch.
 
 :func:`check_attack` builds a synthetic round and asserts what every attack owes the runner
-(SPEC.md section 2, last paragraph):
+(docs/design.md, "An attack"):
 
 * ``knowledge`` is a :class:`~robustfl.types.Knowledge`;
 * with a context holding only the granted fields (``honest``, ``reference``, ``oracle`` are None

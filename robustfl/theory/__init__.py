@@ -1,4 +1,4 @@
-"""FLTrust's error bound (Cao et al., NDSS 2021, Theorem 1) checked empirically (SPEC.md section 5).
+"""FLTrust's error bound (Cao et al., NDSS 2021, Theorem 1) checked empirically (docs/bound.md).
 
 * :mod:`robustfl.theory.constants` -- rho (proof-supported), rho_literal, Delta1 and sigma1.
 * :mod:`robustfl.theory.bound` -- the theorem's setting on ridge regression, the per-round lemma

@@ -1,6 +1,6 @@
 """``robustfl bound``: FLTrust's Theorem 1 (Cao, Fang, Liu, Gong, NDSS 2021) checked empirically.
 
-The theorem's setting (SPEC.md section 5) on ridge regression with Gaussian design, where the
+The theorem's setting (docs/bound.md) on ridge regression with Gaussian design, where the
 population objective is exact: ``grad F(w) = Sigma (w - w_true) + l2 w``, ``w* = (Sigma + l2 I)^-1
 Sigma w_true``, mu and L the extreme eigenvalues of ``Sigma + l2 I``. Conventions, pinned:
 
