@@ -247,3 +247,11 @@ def test_a_sweep_has_one_verdict_per_point_said_under_its_own_table(
     for t in tables:
         head = t.split("**", 1)[0]
         assert ("not converged" in t.split("final relative_drift")[0]) is ("local_lr=0.1" in head), head
+
+
+def test_checkpoint_is_the_last_measured_round_before_nine_tenths() -> None:
+    """metrics.every = m: t' = m * floor(floor(0.9 T) / m), so the clean cell itself answers."""
+    from robustfl.simulation.convergence import checkpoint_round
+
+    assert [checkpoint_round(60), checkpoint_round(100), checkpoint_round(1)] == [54, 90, 0]
+    assert [checkpoint_round(100, 20), checkpoint_round(100, 7), checkpoint_round(60, 60)] == [80, 84, 0]

@@ -291,7 +291,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if verdict is None and cell.status != "failed":  # an exact optimum: the clean run's own verdict
         rounds = int(sc.section("federation")["rounds"])
         if attack == "none" and defense == "fedavg":  # this cell is the clean run
-            verdict = convergence.from_cell(cell, rounds)
+            verdict = convergence.from_cell(cell, rounds, every=int(sc.section("metrics")["every"]))
         if verdict is None:
             try:
                 verdict = clean_convergence(sc, args.seed, device=args.device)[1]

@@ -13,6 +13,8 @@ happens to push along the descent direction (``scaling``) even seems to help.
 
 the clean run's relative drift -- the contract's ``relative_drift`` metric, against the very
 reference the cells use -- at round t', 10 % of the rounds before its end (T = federation.rounds).
+With ``metrics.every = m`` > 1, t' is the last measured round at or before floor(0.9 T)
+(m * floor(floor(0.9 T) / m)), so the matrix's own clean cell answers without a second clean run.
 
 * Exact-optimum tasks: v is the clean run's distance to w* at t' (at least its final drift when
   it converges monotonically): the floor under every number of the table. It is read late, not
@@ -56,16 +58,19 @@ THRESHOLD = 0.05
 METRIC = "relative_drift"
 CRITERION = (
     "the clean run's (attack none, defense fedavg) relative drift ||w_t - w*|| / ||w_0 - w*|| at "
-    f"t = floor(0.9 T) must be <= {THRESHOLD:g}, w* the cells' reference (exact optimum, or the clean "
+    "t = floor(0.9 T) (the last measured round at or before it) "
+    f"must be <= {THRESHOLD:g}, w* the cells' reference (exact optimum, or the clean "
     "run's final model)"
 )
 ADVICE = "raise federation.rounds or federation.local_lr"
 STORE_PREFIX = "conv-"  # the verdict's row in the store's refs table: conv-<the clean cell's key>
 
 
-def checkpoint_round(rounds: int) -> int:
-    """t' = floor(0.9 T), in integers (no float rounding): 60 -> 54, 100 -> 90, 1 -> 0."""
-    return (9 * int(rounds)) // 10
+def checkpoint_round(rounds: int, every: int = 1) -> int:
+    """t' = floor(0.9 T), in integers (no float rounding): 60 -> 54, 100 -> 90, 1 -> 0; with
+    ``metrics.every = m`` the last measured round at or before it (T = 100, m = 20 -> 80)."""
+    t = (9 * int(rounds)) // 10
+    return (t // int(every)) * int(every)
 
 
 def _vec(x: Any) -> np.ndarray:
@@ -92,13 +97,14 @@ def verdict(
     sweep: Mapping[str, Any] | None = None,
     final_relative_drift: float | None = None,
     error: str | None = None,
+    every: int = 1,
 ) -> dict[str, Any]:
     """The verdict dict (module doc) for a criterion value ``value`` (None: no value, ``error`` why)."""
     ok_value = value is not None and math.isfinite(value)
     return {
         "criterion": CRITERION,
         "metric": METRIC,
-        "round": checkpoint_round(rounds),
+        "round": checkpoint_round(rounds, every),
         "rounds": int(rounds),
         "threshold": THRESHOLD,
         "value": float(value) if ok_value and value is not None else None,
@@ -111,11 +117,13 @@ def verdict(
     }
 
 
-def from_cell(cell: Any, rounds: int, sweep: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+def from_cell(
+    cell: Any, rounds: int, sweep: Mapping[str, Any] | None = None, every: int = 1
+) -> dict[str, Any] | None:
     """The verdict read off the clean cell itself (attack none, defense fedavg, the matrix's own
     reference): its recorded ``relative_drift`` at round t'. None when that round was not
     measured (``metrics.every``) or the cell did not run to ``ok``/``diverged``."""
-    t = checkpoint_round(rounds)
+    t = checkpoint_round(rounds, every)
     final = cell.final.get(METRIC) if cell.reference == "exact" else None
     if cell.status == "diverged":
         return verdict(
@@ -124,6 +132,7 @@ def from_cell(cell: Any, rounds: int, sweep: Mapping[str, Any] | None = None) ->
             reference=cell.reference,
             seed=cell.seed,
             sweep=sweep,
+            every=every,
             error=cell.error or "the clean run diverged",
         )
     if cell.status != "ok":
@@ -138,6 +147,7 @@ def from_cell(cell: Any, rounds: int, sweep: Mapping[str, Any] | None = None) ->
         reference=cell.reference,
         seed=cell.seed,
         sweep=sweep,
+        every=every,
         final_relative_drift=None if final is None else float(final),
     )
 

@@ -843,12 +843,13 @@ def clean_verdicts(
             continue
         seen.add(clean)
         rounds = int(j.scenario.section("federation")["rounds"])
+        every = int(j.scenario.section("metrics")["every"])
         config = cell_config(j.scenario, "none", "fedavg", j.seed)
         untouched = {k: x for k, x in config["scenario"].items() if k != "threat"}
         run_key = config_hash({**config, "scenario": untouched})
         v: dict[str, Any] | None = None
         if clean in done:
-            v = convergence.from_cell(done[clean], rounds, j.sweep)
+            v = convergence.from_cell(done[clean], rounds, j.sweep, every)
         if v is None and run_key in same_run:
             v = {**same_run[run_key], "sweep": dict(j.sweep)}
         if v is None and db is not None:
@@ -860,7 +861,7 @@ def clean_verdicts(
         if v is None and err is not None:  # the clean run already failed as the cells' reference
             ref_kind = "exact" if not _needs_reference(j) else "clean_run"
             v = convergence.verdict(
-                None, rounds=rounds, reference=ref_kind, seed=j.seed, sweep=j.sweep, error=err
+                None, rounds=rounds, reference=ref_kind, seed=j.seed, sweep=j.sweep, error=err, every=every
             )
         if v is None:
             try:
@@ -868,7 +869,8 @@ def clean_verdicts(
             except Exception as exc:  # said in the verdict, never fatal to the matrix
                 ref_kind = "exact" if not _needs_reference(j) else "clean_run"
                 v = convergence.verdict(
-                    None, rounds=rounds, reference=ref_kind, seed=j.seed, sweep=j.sweep, error=_describe(exc)
+                    None, rounds=rounds, reference=ref_kind, seed=j.seed, sweep=j.sweep, error=_describe(exc),
+                    every=every,
                 )
         if db is not None and v.get("error") is None:
             db.put_ref(convergence.store_key(clean), np.zeros(0), {"verdict": v})

@@ -263,8 +263,9 @@ def stored_verdicts(
             v = dict(meta["verdict"])
         elif clean in by_key:
             rounds = ((cfg["scenario"] or {}).get("federation") or {}).get("rounds")
+            every = ((cfg["scenario"] or {}).get("metrics") or {}).get("every", 1)
             if isinstance(rounds, int):
-                v = _convergence.from_cell(by_key[clean], rounds)
+                v = _convergence.from_cell(by_key[clean], rounds, every=int(every))
         if v is not None:
             v["sweep"] = dict(cell.sweep)
             out.append(v)

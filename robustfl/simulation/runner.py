@@ -456,7 +456,8 @@ def clean_convergence(
 
     sim = Simulation(scenario, "none", "fedavg", seed, allow_outside_guarantee=True, device=device)
     rounds = int(scenario.section("federation")["rounds"])
-    t_check = convergence.checkpoint_round(rounds)
+    every = int(scenario.section("metrics")["every"])
+    t_check = convergence.checkpoint_round(rounds, every)
     seen: dict[str, Any] = {"steps": 0, "w0": None, "w_check": None}
     server_step = sim.algorithm.server_step
 
@@ -482,6 +483,7 @@ def clean_convergence(
             reference=reference,
             seed=seed,
             sweep=sweep,
+            every=every,
             error=out.cell.error or f"the clean run ended {out.cell.status}",
         )
     w0 = seen["w0"]
@@ -490,5 +492,6 @@ def clean_convergence(
     value = convergence.relative_distance(w_check, w0, w_ref)
     final = convergence.relative_distance(w_final, w0, exact) if exact is not None else None
     return w_final, convergence.verdict(
-        value, rounds=rounds, reference=reference, seed=seed, sweep=sweep, final_relative_drift=final
+        value, rounds=rounds, reference=reference, seed=seed, sweep=sweep, final_relative_drift=final,
+        every=every,
     )
