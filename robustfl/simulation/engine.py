@@ -59,8 +59,8 @@ def local_train(
     saving one (S, P) copy. ``point`` (P,): every row of ``start`` equals it; with ``steps == 1``
     and no ``extra_grad`` the gradients are taken at it (see the module docstring).
     """
-    at_point = point is not None and steps == 1 and extra_grad is None
-    per_client_grad = vmap(grad(loss), in_dims=(None, 0, 0)) if at_point else vmap(grad(loss))
+    shared = point if steps == 1 and extra_grad is None else None  # gradients taken at one point
+    per_client_grad = vmap(grad(loss), in_dims=(None, 0, 0)) if shared is not None else vmap(grad(loss))
     theta = start if inplace else start.clone()
     s_count, n_max = mask.shape
     if s_count == 0:
@@ -72,7 +72,7 @@ def local_train(
 
     def step(batch: tuple[Tensor, ...], bmask: Tensor) -> None:
         if chunk >= s_count:
-            g = per_client_grad(theta if point is None or not at_point else point, batch, bmask)
+            g = per_client_grad(theta if shared is None else shared, batch, bmask)
             extra = extra_grad(theta) if extra_grad is not None else None
             if extra is not None:
                 g = g + extra
@@ -80,7 +80,7 @@ def local_train(
             return
         for lo in range(0, s_count, chunk):  # large P: bounded temporaries
             sl = slice(lo, lo + chunk)
-            at = theta[sl] if point is None or not at_point else point
+            at = theta[sl] if shared is None else shared
             g = per_client_grad(at, tuple(t[sl] for t in batch), bmask[sl])
             theta[sl].sub_(g, alpha=lr)
 
