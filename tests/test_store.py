@@ -179,3 +179,40 @@ def test_two_processes_write_concurrently(tmp_path: Path) -> None:
     con = sqlite3.connect(path)
     assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
     con.close()
+
+
+
+class _LockedTwice:
+    """A connection whose first two attempts to switch to WAL answer "database is locked", as
+    SQLite does (without calling the busy handler) when two processes open a new store at once
+    and both hold a read lock while asking for the exclusive one."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.refused = 0
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql.replace(" ", "").upper() == "PRAGMAJOURNAL_MODE=WAL" and self.refused < 2:
+            self.refused += 1
+            raise sqlite3.OperationalError("database is locked")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+def test_opening_retries_a_refused_switch_to_wal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI once failed test_two_processes_write_concurrently this way: one of the two writers got
+    # "cannot open store ...: database is locked" from the WAL switch.
+    connect = sqlite3.connect
+    proxies: list[_LockedTwice] = []
+
+    def fake_connect(*args: object, **kwargs: object) -> _LockedTwice:
+        proxies.append(_LockedTwice(connect(*args, **kwargs)))  # type: ignore[arg-type]
+        return proxies[-1]
+
+    monkeypatch.setattr("robustfl.simulation.store.sqlite3.connect", fake_connect)
+    with Store(tmp_path / "new.db") as store:
+        store.put_cell("k", make_cell(), {})
+        assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert proxies[0].refused == 2

@@ -126,9 +126,30 @@ class Store:
                     [("schema_version", str(SCHEMA_VERSION)), ("application", APPLICATION)],
                 )
         self._check_meta()
-        if str(self.path) != ":memory:" and c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            c.execute("PRAGMA journal_mode = WAL")
+        if str(self.path) != ":memory:":
+            self._use_wal()
         c.execute("PRAGMA synchronous = NORMAL")
+
+    def _use_wal(self) -> None:
+        """Switch the file to WAL mode, waiting out other openers.
+
+        Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+        locked" at once rather than calling the busy handler while another connection reads
+        the file (two processes opening a new store together); so retry until the busy timeout.
+        """
+        c = self._conn
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay = 0.005
+        while True:
+            try:
+                if c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    c.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
 
     def _check_meta(self) -> None:
         meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
