@@ -26,6 +26,7 @@ from statistics import NormalDist
 
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 from ._common import check_real, known_rows, mean_std, num_clients
 
@@ -40,7 +41,7 @@ def default_z(k: int, f: int) -> float:
 
 
 @dataclass
-class ALIE:
+class ALIE(AttackBase):
     z: float | None = None
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import ConfigError
 from ..types import AttackContext, Knowledge, TaskInfo
 from ._common import check_choice, check_int, check_real
@@ -40,13 +41,14 @@ POSITIONS = ("corner", "centre")
 
 
 @dataclass
-class Backdoor:
+class Backdoor(AttackBase):
     target_label: int = 0
     trigger_size: int = 3
     poison_fraction: float = 0.5
     position: str = "corner"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     poisons_data: bool = field(default=True, init=False, repr=False)
+    backdoor = True  # trigger() and target_label: the engine measures the attack success rate
     input_shape: tuple[int, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
 from ._common import generator, rand
@@ -38,7 +39,7 @@ def fang_trim_rows(honest: Tensor, f: int, g: torch.Generator) -> Tensor:
 
 
 @dataclass
-class FangTrim:
+class FangTrim(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN | Knowledge.HONEST, init=False, repr=False)
 
     def __call__(self, ctx: AttackContext) -> Tensor:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
 from ._common import EPS, check_choice, check_int, check_real, generator, orthogonalise, randn, unit
@@ -69,7 +70,7 @@ def _normalise(e: Tensor) -> Tensor:
 
 
 @dataclass
-class FLTrustAdaptive:
+class FLTrustAdaptive(AttackBase):
     steps: int = 10
     lr: float = 0.01
     variant: str = "gradient"

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 from ._common import check_choice, check_real, generator, known_rows, randn
 
 
 @dataclass
-class Gaussian:
+class Gaussian(AttackBase):
     std: float = 200.0
     mean: str = "zero"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 from ._common import check_real, known_rows
 
 
 @dataclass
-class IPM:
+class IPM(AttackBase):
     epsilon: float = 0.1
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 

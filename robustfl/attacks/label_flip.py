@@ -21,12 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import ConfigError
 from ..types import AttackContext, Knowledge, TaskInfo
 
 
 @dataclass
-class LabelFlip:
+class LabelFlip(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     poisons_data: bool = field(default=True, init=False, repr=False)
     num_classes: int | None = field(default=None, init=False, repr=False)

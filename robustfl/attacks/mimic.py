@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
 from ._common import check_int
 
 
 @dataclass
-class Mimic:
+class Mimic(AttackBase):
     target: int | None = None
     knowledge: Knowledge = field(default=Knowledge.OWN | Knowledge.HONEST, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)

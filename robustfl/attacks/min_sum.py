@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 from ._common import EPS, PERTURBATIONS, check_choice, check_real, known_rows, mean_std, param_error
 from ._common import perturbation as direction
 
 
 @dataclass
-class MinSum:
+class MinSum(AttackBase):
     perturbation: str = "std"
     bound: str = "min"
     gamma_max: float | None = None

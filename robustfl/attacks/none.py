@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 
 
 @dataclass
-class NoAttack:
+class NoAttack(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
     def __call__(self, ctx: AttackContext) -> Tensor:

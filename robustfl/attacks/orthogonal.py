@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 from ._common import check_real, generator, known_rows, orthogonalise, randn, unit
 
 
 @dataclass
-class Orthogonal:
+class Orthogonal(AttackBase):
     norm_factor: float = 1.0
     angle: float | None = None
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)

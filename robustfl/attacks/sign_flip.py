@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
 from ._common import check_choice, check_real, known_rows
 
 
 @dataclass
-class SignFlip:
+class SignFlip(AttackBase):
     scale: float = 1.0
     source: str = "own"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)

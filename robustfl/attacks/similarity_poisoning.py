@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
 from ._common import EPS, check_choice, check_real, generator, known_rows, orthogonalise, randn, unit
@@ -42,7 +43,7 @@ def _cos(rows: Tensor, anchor: Tensor) -> Tensor:
 
 
 @dataclass
-class SimilarityPoisoning:
+class SimilarityPoisoning(AttackBase):
     target_similarity: float | None = None
     target: str = "update"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)

@@ -34,6 +34,7 @@ class Sybil(Composite):
     jitter: float = 0.0
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    sybil = True  # sybil_rows(f): which rows are the one identity's copies
 
     def __post_init__(self) -> None:
         if self.identities is not None:

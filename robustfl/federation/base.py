@@ -19,9 +19,13 @@ from torch import Tensor
 
 
 class Algorithm:
-    """FedAvg's behaviour; subclasses override what differs."""
+    """FedAvg's behaviour; subclasses override what differs.
+
+    ``has_extra_grad`` declares that :meth:`extra_grad` adds a term to the local gradient (the
+    engine then passes the start points along and keeps them apart from the trained rows)."""
 
     name = "fedavg"
+    has_extra_grad: ClassVar[bool] = False
 
     def setup(self, *, num_clients: int, dim: int, dtype: torch.dtype, device: torch.device) -> None:
         self.num_clients = num_clients

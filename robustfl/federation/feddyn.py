@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -72,6 +73,8 @@ def check_state_memory(component: str, what: str, needed: int, device: torch.dev
 @dataclass
 class FedDyn(Algorithm):
     """FedDyn with per-client states ``g`` (K_total, P) and the server state ``h`` (P,)."""
+
+    has_extra_grad: ClassVar[bool] = True
 
     alpha: float = 0.1
     name = "feddyn"

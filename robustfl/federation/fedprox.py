@@ -6,6 +6,7 @@ Networks", MLSys 2020"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
@@ -15,6 +16,7 @@ from .base import Algorithm
 
 @dataclass
 class FedProx(Algorithm):
+    has_extra_grad: ClassVar[bool] = True
     mu: float = 0.01
     name = "fedprox"
 

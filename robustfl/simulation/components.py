@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from .. import attacks, defenses
+from ..capabilities import AttackBase, DefenseBase
 from ..errors import ConfigError, GuaranteeError, KnowledgeError
+from ..registry.adapters import as_attack, as_defense
 from ..types import Knowledge, TaskInfo
 
 Spec = str | Mapping[str, Any]
@@ -162,26 +164,28 @@ def chosen_spec(sc: Any, section: str, chosen: Spec | None) -> Spec:
     return _simplest({**base, **params})
 
 
-def build_attack(spec: Spec) -> Any:
+def build_attack(spec: Spec) -> AttackBase:
+    """The attack a spec names, with its optional behaviour declared (a plugin's adapted)."""
     if isinstance(spec, str):
-        return attacks.create(spec)
+        return as_attack(attacks.create(spec), spec)
     params = {k: v for k, v in spec.items() if k not in ("name", "label")}
-    return attacks.create(str(spec["name"]), **params)
+    return as_attack(attacks.create(str(spec["name"]), **params), attack_label(spec))
 
 
-def build_defense(spec: Spec) -> Any:
+def build_defense(spec: Spec) -> DefenseBase:
+    """The defense a spec names (composed with its ``pre`` stages), its optional behaviour declared."""
     if isinstance(spec, str):
-        return defenses.create(spec)
+        return as_defense(defenses.create(spec))
     if spec.get("pre"):
         from ..defenses.compose import build_defense as compose_build
 
-        return compose_build(dict(spec))[1]
+        return as_defense(compose_build(dict(spec))[1])
     params = {k: v for k, v in spec.items() if k not in ("name", "label", "pre")}
-    return defenses.create(str(spec["name"]), **params)
+    return as_defense(defenses.create(str(spec["name"]), **params))
 
 
-def check_knowledge(attack: Any, label: str, granted_level: str) -> None:
-    need: Knowledge = getattr(attack, "knowledge", Knowledge.OWN)
+def check_knowledge(attack: AttackBase, label: str, granted_level: str) -> None:
+    need = attack.knowledge
     granted = Knowledge.grant(granted_level)
     missing = need & ~granted
     if missing:
@@ -191,32 +195,27 @@ def check_knowledge(attack: Any, label: str, granted_level: str) -> None:
         )
 
 
-def admits(defense: Any, k: int, f_hat: int) -> bool:
-    if hasattr(defense, "admits"):
-        return bool(defense.admits(k, f_hat))
-    if hasattr(defense, "min_clients"):
-        return k >= int(defense.min_clients(f_hat))
-    return True
+def admits(defense: DefenseBase, k: int, f_hat: int) -> bool:
+    """Whether K rows with f-hat assumed Byzantine are inside the defense's guarantee."""
+    return defense.admits(k, f_hat)
 
 
-def check_guarantee(defense: Any, label: str, k: int, f_hat: int, allow_outside: bool) -> bool:
+def check_guarantee(defense: DefenseBase, label: str, k: int, f_hat: int, allow_outside: bool) -> bool:
     """True when the cell runs outside the rule's guarantee (allowed); raises when refused."""
-    if admits(defense, k, f_hat):
+    if defense.admits(k, f_hat):
         return False
     if allow_outside:
         return True
-    need = defense.min_clients(f_hat) if hasattr(defense, "min_clients") else "more"
+    need = defense.min_clients(f_hat)
     raise GuaranteeError(
-        f"defense {label!r} needs at least {need} clients per round for assumed_byzantine = {f_hat}, "
-        f"got {k}; pass --allow-outside-guarantee to run it anyway (flagged in the table)"
+        f"defense {label!r} needs at least {need if need > k else f'more than {k}'} clients per round for "
+        f"assumed_byzantine = {f_hat}, got {k}; pass --allow-outside-guarantee to run it anyway "
+        "(flagged in the table)"
     )
 
 
-def setup_attack(attack: Any, label: str, info: TaskInfo) -> None:
-    if hasattr(attack, "setup"):
-        attack.setup(info)
-    elif getattr(attack, "poisons_data", False) and info.num_classes is None:
-        raise ConfigError(f"attack {label!r} poisons labels and does not apply to task {info.name!r}")
+def setup_attack(attack: AttackBase, label: str, info: TaskInfo) -> None:
+    attack.setup(info)
 
 
 def named_generator(seed: int, name: str) -> torch.Generator:

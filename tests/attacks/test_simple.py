@@ -63,11 +63,15 @@ def test_scaling_takes_its_base_knowledge_and_poisoning() -> None:
     assert attacks.create("scaling").knowledge == Knowledge.OWN
     assert attacks.create("scaling", base="fang_trim").knowledge == Knowledge.OWN | Knowledge.HONEST
     boosted = attacks.create("scaling", base={"name": "backdoor", "target_label": 4})
-    assert boosted.poisons_data is True and boosted.target_label == 4
+    assert boosted.poisons_data is True and boosted.backdoor is True and boosted.target_label == 4
     x = torch.zeros(4, 1, 6, 6, dtype=torch.float64)
     assert float(boosted.trigger(x)[0, 0, -1, -1]) == 1.0
     assert attacks.create("scaling").poisons_data is False
-    assert not hasattr(attacks.create("scaling"), "trigger")
+    plain = attacks.create("scaling")
+    assert plain.backdoor is False and plain.sybil is False  # declared, not probed
+    with pytest.raises(NotImplementedError, match="no base attack"):
+        plain.trigger(x)
+    assert attacks.create("sybil").sybil is True and attacks.create("sybil", base="backdoor").backdoor is True
     with pytest.raises(ParameterError, match="scaling"):
         attacks.create("scaling", base={"scale": 2})
 

@@ -21,14 +21,12 @@ entry-point group ``robustfl.pre_aggregators``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
+from ...capabilities import PreAggregatorBase, Pullback
 from ...types import DefenseContext
-
-Pullback = Callable[[Tensor], Tensor]
 
 
 @runtime_checkable
@@ -42,17 +40,7 @@ class PreAggregator(Protocol):
     def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]: ...
 
 
-class Pre:
-    """Base of the built-in pre-aggregators: counts unchanged, stateless."""
-
-    name: ClassVar[str] = ""
-    preserves: ClassVar[frozenset[str]] = frozenset()
-
-    def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]:
-        return k, f_hat
-
-    def reset(self) -> None:
-        return None
+Pre = PreAggregatorBase  # the built-ins' base (declared optional behaviour: robustfl.capabilities)
 
 
 def identity(weights: Tensor) -> Tensor:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ParameterError, PluginError, UnknownNameError
+from ..errors import ParameterError, PluginError, UnknownNameError
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +338,7 @@ def _class_knowledge(cls: type) -> Any:
 
 
 def _knowledge_problem(value: Any, where: str) -> str | None:
-    from .types import Knowledge
+    from ..types import Knowledge
 
     if value is _MISSING:
         return f"{where} has no attribute 'knowledge' (a robustfl.Knowledge, e.g. Knowledge.OWN)"
@@ -423,7 +423,7 @@ def load_plugin(spec: str) -> list[str]:
         except Exception as exc:
             raise PluginError(f"--plugin {spec!r}: cannot import module ({exc})") from exc
         origin = f"plugin module {spec}"
-    from . import attacks, defenses, tasks
+    from .. import attacks, defenses, tasks
 
     added: list[str] = []
     for attr, reg in (("ATTACKS", attacks), ("DEFENSES", defenses), ("TASKS", tasks)):

@@ -1,0 +1,218 @@
+"""Declared capabilities (robustfl.capabilities): built-ins declare, plugins are adapted once.
+
+The engine reads what a component can do from its declaration -- never from its name or by
+probing attributes -- so (a) every built-in derives from its base and declares exactly what it
+implements, and (b) a plugin that does not derive from a base runs through the adapter with the
+same results as the built-in it imitates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+import robustfl
+from robustfl import attacks, defenses
+from robustfl.attacks._common import Composite
+from robustfl.capabilities import AttackBase, DefenseBase, PreAggregatorBase
+from robustfl.defenses import pre_registry
+from robustfl.defenses.compose import compose
+from robustfl.errors import ConfigError
+from robustfl.registry.adapters import PluginAttack, PluginDefense, PluginPre, as_attack, as_defense, as_pre
+from robustfl.simulation.runner import simulate
+from robustfl.types import Aggregate, AttackContext, DefenseContext, Knowledge, TaskInfo
+
+REGRESSION = TaskInfo(name="ridge", num_classes=None, input_shape=(5,), is_image=False)
+
+
+def _overrides(cls: type, name: str) -> bool:
+    return any(name in vars(c) for c in cls.__mro__ if c not in (AttackBase, object))
+
+
+@pytest.mark.parametrize("name", attacks.registry.names())
+def test_builtin_attacks_derive_from_the_base_and_declare_what_they_implement(name: str) -> None:
+    if attacks.origin(name) != "built-in":
+        pytest.skip("plugin")
+    a = attacks.create(name)
+    assert isinstance(a, AttackBase) and as_attack(a, name) is a  # never wrapped
+    assert isinstance(a.knowledge, Knowledge)
+    cls = type(a)
+    if isinstance(a, Composite):  # answers for its base (default base, if any), plus its own
+        base = a._base
+        assert a.poisons_data == (base is not None and base.poisons_data), name
+        assert a.backdoor == (base is not None and base.backdoor), name
+        assert a.sybil == ("sybil_rows" in vars(cls) or (base is not None and base.sybil)), name
+        return
+    # a capability is declared exactly where the class implements it
+    assert a.poisons_data == _overrides(cls, "poison"), name
+    assert a.backdoor == _overrides(cls, "trigger"), name
+    assert a.sybil == _overrides(cls, "sybil_rows"), name
+
+
+@pytest.mark.parametrize("name", defenses.registry.names())
+def test_builtin_defenses_derive_from_the_base(name: str) -> None:
+    if defenses.origin(name) != "built-in":
+        pytest.skip("plugin")
+    d = defenses.create(name)
+    assert isinstance(d, DefenseBase) and as_defense(d) is d
+    assert d.name == name
+    assert d.needs_reference is (name == "fltrust")  # the one built-in that reads the root update
+
+
+@pytest.mark.parametrize("name", pre_registry.names())
+def test_builtin_pre_aggregators_derive_from_the_base(name: str) -> None:
+    p = pre_registry.create(name, **({"tau": 1.0} if name == "clipping" else {}))
+    assert isinstance(p, PreAggregatorBase) and as_pre(p) is p and p.name == name
+    assert p.fresh_output == _overrides(type(p), "apply_")  # the four built-ins: in place iff fresh
+
+
+def test_composites_answer_for_their_base() -> None:
+    boosted = attacks.create("scaling", base={"name": "backdoor", "target_label": 3})
+    flags = (boosted.poisons_data, boosted.backdoor, boosted.sybil, boosted.target_label)
+    assert flags == (True, True, False, 3)
+    sybil = attacks.create("sybil", base="label_flip")
+    assert (sybil.poisons_data, sybil.backdoor, sybil.sybil) == (True, False, True)
+    plain = attacks.create("scaling")
+    assert (plain.poisons_data, plain.backdoor, plain.sybil) == (False, False, False)
+    with pytest.raises(NotImplementedError):
+        plain.poison(torch.zeros(2, 3), torch.zeros(2), None)
+    composed = compose(pre_registry.create("nnm"), then=defenses.create("fltrust"))
+    assert composed.needs_reference is True and composed.name == "nnm+fltrust"
+
+
+# -- plugins that do not derive from a base -------------------------------------------------------
+class PlainBackdoor:
+    """A backdoor plugin written against the contract only: attributes, no base class."""
+
+    knowledge = Knowledge.OWN
+    poisons_data = True
+
+    def __init__(self) -> None:
+        self._inner = attacks.create("backdoor", target_label=2)
+        self.target_label = 2
+        self.last_stats = {"calls": 0.0}
+
+    def setup(self, info: TaskInfo) -> None:
+        self._inner.setup(info)
+
+    def poison(self, x: Tensor, y: Tensor, g: Any) -> tuple[Tensor, Tensor]:
+        return self._inner.poison(x, y, g)
+
+    def trigger(self, x: Tensor) -> Tensor:
+        return self._inner.trigger(x)
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        self.last_stats = {"calls": self.last_stats["calls"] + 1}
+        return ctx.own.clone()
+
+
+class PlainKrum:
+    """A defense plugin with min_clients and reset but no base class (delegates to Krum)."""
+
+    def __init__(self) -> None:
+        self._inner = defenses.create("krum")
+        self.resets = 0
+
+    def min_clients(self, f_hat: int) -> int:
+        return self._inner.min_clients(f_hat)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+        return self._inner(updates, ctx)
+
+
+class LabelsOnly:
+    knowledge = Knowledge.OWN
+    poisons_data = True
+
+    def poison(self, x: Tensor, y: Tensor, g: Any) -> tuple[Tensor, Tensor]:
+        return x, y
+
+    def __call__(self, ctx: AttackContext) -> Tensor:
+        return ctx.own
+
+
+@pytest.fixture
+def registered() -> Iterator[None]:
+    attacks.register("plain_backdoor_t", PlainBackdoor, "test")
+    defenses.register("plain_krum_t", PlainKrum, "test")
+    try:
+        yield
+    finally:
+        del attacks.registry._entries["plain_backdoor_t"]
+        del defenses.registry._entries["plain_krum_t"]
+
+
+def test_adapter_declares_what_a_plain_plugin_shows() -> None:
+    a = as_attack(PlainBackdoor(), "mine")
+    assert isinstance(a, PluginAttack)
+    assert (a.poisons_data, a.backdoor, a.sybil, a.target_label) == (True, True, False, 2)
+    d = as_defense(PlainKrum())
+    assert isinstance(d, PluginDefense) and d.name == "plainkrum"
+    assert d.min_clients(3) == 2 * 3 + 3 and d.admits(9, 3) and not d.admits(8, 3)
+    d.reset()
+    assert d.obj.resets == 1  # type: ignore[attr-defined]
+    bare = as_defense(lambda u, c: Aggregate(u.mean(0)))
+    assert bare.admits(1, 0) and bare.min_clients(5) == 1 and bare.properties == frozenset()
+    with pytest.raises(ConfigError, match="'labels' poisons labels and does not apply to task 'ridge'"):
+        as_attack(LabelsOnly(), "labels").setup(REGRESSION)
+
+
+def test_adapted_pre_aggregator_keeps_the_callers_rows() -> None:
+    class Halve:
+        fresh_output = True
+
+        def __call__(self, u: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, None]:
+            return u / 2, ctx, None
+
+        def transform_counts(self, k: int, f: int) -> tuple[int, int]:
+            return k, f
+
+    p = as_pre(Halve())
+    assert isinstance(p, PluginPre) and p.fresh_output and p.name == "halve" and p.preserves == frozenset()
+    rows = torch.arange(12, dtype=torch.float64).reshape(4, 3)
+    before = rows.clone()
+    agg = compose(Halve(), Halve(), then=defenses.create("fedavg"))(rows, DefenseContext())
+    torch.testing.assert_close(agg.vector, before.mean(0) / 4, rtol=0, atol=1e-15)
+    assert torch.equal(rows, before)
+
+
+def test_plain_plugins_run_in_the_engine_exactly_as_the_builtins(registered: None) -> None:
+    sc = robustfl.load_scenario(
+        "quick",
+        ["task.name=digits", "federation.clients=12", "federation.rounds=4", "server.root_size=0",
+         "threat.byzantine=0.25"],
+    )
+    plain = simulate(sc, "plain_backdoor_t", "plain_krum_t", seed=0).cell
+    builtin = simulate(sc, {"name": "backdoor", "target_label": 2}, "krum", seed=0).cell
+    assert plain.status == builtin.status == "ok"
+    asr = [r["attack_success_rate"] for r in plain.rounds]
+    assert asr == [r["attack_success_rate"] for r in builtin.rounds]  # trigger declared -> measured
+    assert plain.final["relative_drift"] == builtin.final["relative_drift"]
+    assert plain.rounds[-1]["attack"] == {"calls": 4.0}  # last_stats read through the adapter
+
+
+def test_the_reference_is_required_by_declaration_not_by_name() -> None:
+    class NeedsRoot(DefenseBase):
+        needs_reference = True
+
+        def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+            assert ctx.reference is not None
+            return Aggregate(ctx.reference.clone())
+
+    defenses.register("needs_root_t", NeedsRoot, "test")
+    try:
+        sc = robustfl.load_scenario("quick", ["server.root_size=0", "federation.rounds=2"])
+        with pytest.raises(ConfigError, match="needs the server's root data"):
+            simulate(sc, "none", "needs_root_t", seed=0)
+        with_root = robustfl.load_scenario("quick", ["federation.rounds=2"])
+        cell = simulate(with_root, "none", "needs_root_t", 0).cell
+        assert cell.status == "ok"
+    finally:
+        del defenses.registry._entries["needs_root_t"]
