@@ -8,7 +8,6 @@
   generator's device and moved to the rows' device.
 * :func:`build_base` -- a ``base`` parameter (name, ``{"name": ..., **params}`` or an attack
   object) as an attack; :class:`Composite` forwards the base's data poisoning, trigger, setup.
-* :func:`krum_select` -- Krum's choice (Blanchard et al. 2017) from one Gram matrix.
 * :func:`check_real`, :func:`check_choice`, :func:`check_int` -- ``__post_init__`` validation with
   messages "attack <name>: parameter <p> must be <constraint>, got <value>".
 """
@@ -22,13 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..defenses._util import EPS, sq_distances
 from ..errors import InputError, ParameterError
+from ..kernels import EPS
 from ..types import AttackContext, Knowledge, TaskInfo
 
 __all__ = [
     "EPS", "PERTURBATIONS", "Composite", "build_base", "check_choice", "check_int", "check_real", "generator",
-    "known_rows", "krum_scores", "krum_select", "mean_std", "num_clients", "orthogonalise", "param_error",
+    "known_rows", "mean_std", "num_clients", "orthogonalise", "param_error",
     "perturbation", "rand", "randn", "unit",
 ]
 
@@ -183,20 +182,3 @@ class Composite:
 
     def base_stats(self) -> dict[str, float]:
         return dict(getattr(self._base, "last_stats", {}) or {})
-
-
-# -- Krum ----------------------------------------------------------------------------------------
-def krum_scores(sq: Tensor, f: int) -> Tensor:
-    """Sum of squared distances to the max(0, K - f - 2) nearest other rows (sq: (K, K))."""
-    k = sq.shape[0]
-    m = max(0, k - f - 2)
-    if m == 0:
-        return torch.zeros(k, dtype=sq.dtype, device=sq.device)
-    d = sq.clone()
-    d.fill_diagonal_(float("inf"))
-    return torch.topk(d, m, dim=1, largest=False).values.sum(1)
-
-
-def krum_select(rows: Tensor, f: int) -> int:
-    """Krum's selected index (lowest score, ties: lowest index) with f-hat = f."""
-    return int(torch.argmin(krum_scores(sq_distances(rows), f)))

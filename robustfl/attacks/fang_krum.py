@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..defenses._util import sq_distances
 from ..errors import InputError
+from ..kernels import krum_scores, sq_distances
 from ..types import AttackContext, Knowledge
-from ._common import krum_scores
 
 LAMBDA_MIN = 1e-5
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..defenses._util import sq_distances
+from ..kernels import sq_distances
 from ..types import AttackContext, Knowledge
 from ._common import EPS, PERTURBATIONS, check_choice, check_real, known_rows, mean_std, param_error
 from ._common import perturbation as direction

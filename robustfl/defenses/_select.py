@@ -1,6 +1,6 @@
 """Private helpers shared by the rules: the :class:`Rule` base, Krum scoring and selection.
 
-Distances come from ONE Gram matrix (``_util.sq_distances``) in the input dtype. A Gram distance
+Distances come from ONE Gram matrix (``robustfl.kernels.sq_distances``) in the input dtype. A Gram distance
 ``|u_i|^2 + |u_j|^2 - 2<u_i, u_j>`` carries an absolute rounding error of about
 ``eps (|u_i|^2 + |u_j|^2) sqrt(P)`` (measured: below ~0.5 sqrt(P) + 4 in those units; we allow
 ``4 + 2 sqrt(P)``), which swamps the distance itself when the rows are close relative to their
@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from ..errors import ParameterError
+from ..kernels import row_norms, smallest_sums, sq_distances
 from ..types import DefenseContext
-from ._util import row_norms, sq_distances
 
 _CHUNK = 1 << 16
 _SPLIT = 1 << 20  # arrays with at least this many entries are split over torch's threads by column
@@ -69,19 +69,6 @@ class Distances:
         return self._refined
 
 
-def krum_neighbours(pool_size: int, f: int) -> int:
-    """Krum's neighbour count for a pool of n' rows: max(0, n' - f - 2)."""
-    return max(0, pool_size - f - 2)
-
-
-def _smallest_sum(d: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """Sum of the n smallest off-diagonal entries of each row of square d, and their columns."""
-    d = d.clone()
-    d.fill_diagonal_(math.inf)
-    vals, idx = torch.topk(d, n, dim=1, largest=False, sorted=False)
-    return vals.sum(1), idx
-
-
 def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor, Tensor, bool]:
     """The m rows of ``pool`` with the lowest Krum score (n neighbours); ties to the lowest index.
 
@@ -94,7 +81,7 @@ def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor
     if n == 0:  # every score is 0: order by (non-finite row, index)
         scores = torch.zeros(len(pool), dtype=torch.float64, device=pool.device)
     else:
-        approx, nbr = _smallest_sum(dist.sq[pool][:, pool], n)
+        approx, nbr = smallest_sums(dist.sq[pool][:, pool], n, ordered=False)
         scores = approx.to(torch.float64)
         finite = torch.isfinite(scores)
         ns = dist.norms2[pool]

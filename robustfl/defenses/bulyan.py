@@ -31,17 +31,16 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..kernels import check_updates, krum_neighbours
 from ..types import Aggregate, DefenseContext
 from ._select import (
     Distances,
     Rule,
     f_hat,
-    krum_neighbours,
     kth_smallest,
     mean_of_order_stats,
     select_lowest,
 )
-from ._util import check_updates
 
 
 @dataclass

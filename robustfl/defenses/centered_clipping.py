@@ -25,9 +25,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
 from ._select import Rule, combine, median_value, require_int, require_number, sq_dist_to
-from ._util import check_updates
 
 
 @dataclass

@@ -25,9 +25,9 @@ from typing import Any
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..kernels import check_updates
 from ..types import Aggregate, Defense, DefenseContext
 from . import create, pre_registry
-from ._util import check_updates
 
 _MAX_CLIENTS = 1 << 40
 

@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError, ParameterError
+from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
-from ._util import check_updates
 
 
 @dataclass

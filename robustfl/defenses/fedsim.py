@@ -36,8 +36,8 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError, ParameterError
+from ..kernels import EPS, check_updates, entropy, row_norms, valid_rows
 from ..types import Aggregate, DefenseContext
-from ._util import EPS, check_updates, entropy, row_norms, valid_rows
 
 log = logging.getLogger(__name__)
 

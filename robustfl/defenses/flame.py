@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
 from ._select import Rule, combine, generator_for, gram64, median_value, require_number
-from ._util import check_updates, row_norms
 
 
 def majority_cluster(dist: np.ndarray) -> np.ndarray | None:

@@ -36,9 +36,9 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
 from ._select import Rule, gram64, require_number
-from ._util import check_updates, row_norms
 
 
 def foolsgold_weights(hist: Tensor, kappa: float) -> tuple[Tensor, Tensor]:

@@ -30,9 +30,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
 from ._select import Rule, require_int, require_number, sq_dist_to
-from ._util import check_updates, row_norms
 
 
 @dataclass

@@ -28,9 +28,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ..kernels import check_updates, krum_neighbours
 from ..types import Aggregate, DefenseContext
-from ._select import Distances, Rule, f_hat, krum_neighbours, select_lowest
-from ._util import check_updates
+from ._select import Distances, Rule, f_hat, select_lowest
 
 
 def score_gap(scores: Tensor) -> float:

@@ -18,9 +18,9 @@ from typing import ClassVar
 
 from torch import Tensor
 
+from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
 from ._select import Rule, mean_of_order_stats
-from ._util import check_updates
 
 
 @dataclass

@@ -21,9 +21,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ..kernels import check_updates, krum_neighbours
 from ..types import Aggregate, DefenseContext
-from ._select import Distances, Rule, combine, f_hat, krum_neighbours, require_int, select_lowest
-from ._util import check_updates
+from ._select import Distances, Rule, combine, f_hat, require_int, select_lowest
 from .krum import score_gap
 
 

@@ -21,9 +21,9 @@ from typing import ClassVar
 from torch import Tensor
 
 from ..errors import InputError
+from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
 from ._select import Rule, f_hat, mean_of_order_stats
-from ._util import check_updates
 
 
 @dataclass

@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from .. import tasks
-from ..defenses._util import row_norms
 from ..errors import ConfigError
 from ..federation import Algorithm, create_algorithm, create_sharing
+from ..kernels import row_norms
 from ..scenario import Scenario, config_hash
 from ..tasks.base import Partition, Problem
 from ..types import AttackContext, DefenseContext, Knowledge

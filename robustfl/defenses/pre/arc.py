@@ -21,9 +21,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ...kernels import check_updates, row_norms
 from ...types import DefenseContext
 from .._select import f_hat
-from .._util import check_updates, row_norms
 from . import Pre, Pullback, identity
 from .clipping import clip_rows, clip_rows_
 

@@ -24,9 +24,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ...kernels import check_updates
 from ...types import DefenseContext
 from .._select import f_hat, generator_for, require_int
-from .._util import check_updates
 from . import Pre, Pullback
 
 

@@ -18,9 +18,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ...kernels import check_updates, row_norms
 from ...types import DefenseContext
 from .._select import require_number
-from .._util import check_updates, row_norms
 from . import Pre, Pullback, identity
 
 

@@ -20,9 +20,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ...kernels import check_updates
 from ...types import DefenseContext
 from .._select import Distances, f_hat, nearest
-from .._util import check_updates
 from . import Pre, Pullback
 
 

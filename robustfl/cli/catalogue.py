@@ -1,0 +1,196 @@
+"""``robustfl list``, ``robustfl show`` and ``robustfl plugin new``: the components and their docs.
+
+``list`` gives every attack, defense (with the pre-aggregators), task, algorithm, sharing scheme
+and scenario with its origin, one-line description and paper; ``show NAME`` one component in full
+(parameters, defaults, constraints, knowledge, the formula); ``plugin new`` writes a package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .parser import LISTS
+
+
+def _catalogue(part: str) -> list[dict[str, Any]]:
+    """One part of ``robustfl list``: every entry's name, origin, kind, description and paper
+    (from its module's docstring); the defenses are followed by the pre-aggregators."""
+    from .. import attacks, defenses, tasks
+    from ..errors import PluginError
+    from ..registry import doc_parts
+    from ..scenario import ALGORITHM_PARAMS, SHARING_PARAMS, find_scenario, scenario_names
+
+    if part == "scenarios":
+        rows = []
+        for n in scenario_names():
+            doc = _scenario_doc(find_scenario(n))
+            rows.append({"name": n, "origin": "built-in", "kind": "scenario", "description": doc})
+            rows[-1]["paper"] = ""
+        return rows
+    if part in ("algorithms", "sharing"):
+        names = ALGORITHM_PARAMS if part == "algorithms" else SHARING_PARAMS
+        kind = "algorithm" if part == "algorithms" else "sharing scheme"
+        return [
+            {"name": n, "origin": "built-in", "kind": kind, **_short(doc_parts(_federation_class(n)))}
+            for n in names
+        ]
+    regs = {"attacks": [attacks.registry], "defenses": [defenses.registry, defenses.pre_registry]}
+    rows = []
+    for reg in regs.get(part, [tasks.registry]):
+        for name, origin in reg.items():
+            row: dict[str, Any] = {"name": name, "origin": origin, "kind": reg.kind}
+            try:
+                row.update(_short(doc_parts(reg.get(name))))
+            except PluginError as exc:
+                print(f"robustfl: warning: {exc}", file=sys.stderr)
+                row.update(origin=f"{origin} (broken)", description="", paper="")
+            rows.append(row)
+    return rows
+
+
+def _short(parts: dict[str, str]) -> dict[str, str]:
+    return {"description": parts["description"], "paper": parts["paper"]}
+
+
+def _scenario_doc(path: Path) -> str:
+    """A scenario file's description: its leading comment's first sentence."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    text = " ".join(x for x in lines if x)
+    end = text.find(". ")
+    return text[: end + 1] if end >= 0 else text
+
+
+def _federation_class(name: str) -> Any:
+    import importlib
+
+    table = {
+        "fedavg": "base:Algorithm",
+        "fedprox": "fedprox:FedProx",
+        "feddyn": "feddyn:FedDyn",
+        "full": "base:Sharing",
+        "psfed": "psfed:PSFed",
+    }
+    module, _, attr = table[name].partition(":")
+    return getattr(importlib.import_module(f"robustfl.federation.{module}"), attr)
+
+
+def _wrap(text: str, width: int, indent: str) -> str:
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(text, width=max(40, width), initial_indent=indent, subsequent_indent=indent)
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """The catalogue, or one part of it, as text or JSON."""
+    import shutil
+
+    parts = LISTS if args.what == "all" else [args.what]
+    out = {part: _catalogue(part) for part in parts}
+    if args.json:
+        print(json.dumps(out[parts[0]] if len(parts) == 1 else out, indent=1))
+        return 0
+    width = shutil.get_terminal_size((100, 24)).columns - 1
+    blocks = []
+    for part, rows in out.items():
+        lines = [f"{part}:"]
+        for r in rows:
+            marks = [r["kind"]] if r["kind"] == "pre-aggregator" else []
+            marks += [] if r["origin"] == "built-in" else [r["origin"]]
+            head = f"  {r['name']}" + (f"  [{', '.join(marks)}]" if marks else "")
+            lines.append(head)
+            if r["description"]:
+                lines.append(_wrap(r["description"], width, "      "))
+            if r["paper"]:
+                lines.append(_wrap(f"paper: {r['paper']}", width, "      "))
+        blocks.append("\n".join(lines))
+    print("\n\n".join(blocks))
+    if args.what in ("all", "attacks", "defenses"):
+        print("\n`robustfl show NAME`: parameters, defaults, constraints, knowledge and the formula.")
+    return 0
+
+
+def _show_info(name: str) -> dict[str, Any]:
+    """Everything ``robustfl show NAME`` prints, from the registries and the docstrings."""
+    from .. import attacks, defenses, tasks
+    from ..errors import UnknownNameError
+    from ..registry import doc_parts
+    from ..scenario import ALGORITHM_PARAMS, SHARING_PARAMS
+
+    for reg in (attacks.registry, defenses.registry, defenses.pre_registry, tasks.registry):
+        if name in reg:
+            return reg.info(name)
+    for table, kind in ((ALGORITHM_PARAMS, "algorithm"), (SHARING_PARAMS, "sharing scheme")):
+        if name in table:
+            params = [
+                {"name": k, "default": default, "constraint": _constraint_text(cons, typ)}
+                for k, (default, typ, cons) in table[name].items()
+            ]
+            return {
+                "name": name,
+                "kind": kind,
+                "origin": "built-in",
+                **doc_parts(_federation_class(name)),
+                "parameters": params,
+            }
+    known = [*attacks.names(), *defenses.names(), *defenses.pre_registry.names(), *tasks.names()]
+    raise UnknownNameError("component", name, [*known, *ALGORITHM_PARAMS, *SHARING_PARAMS])
+
+
+def _constraint_text(cons: str, typ: str) -> str:
+    """A scenario schema constraint in words: "choice:a,b" -> "one of 'a', 'b'", ">=0" -> ">= 0"."""
+    if cons.startswith("choice:"):
+        return "one of " + ", ".join(repr(c) for c in cons.split(":", 1)[1].split(","))
+    words = {"[0,1]": "in [0, 1]", "(0,1]": "in (0, 1]", "": ""}
+    text = words[cons] if cons in words else re.sub(r"^(>=|<=|>|<)\s*", r"\1 ", cons)
+    kind = {"float": "a number", "int": "an integer", "str": "a string"}.get(typ, typ)
+    return f"{kind} {text}".strip()
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """One component in full: parameters, defaults, constraints, knowledge, the formula."""
+    import shutil
+
+    info = _show_info(args.name)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    width = shutil.get_terminal_size((100, 24)).columns - 1
+    lines = [f"{info['name']}  ({info['kind']}, {info['origin']})"]
+    if info.get("description"):
+        lines.append(_wrap(info["description"], width, "  "))
+    if info.get("paper"):
+        lines.append(_wrap(f"paper: {info['paper']}", width, "  "))
+    if "knowledge" in info:
+        data = "yes (its clients train on poisoned data)" if info.get("poisons_data") else "no"
+        lines.append(f"  knowledge needed: {info['knowledge']}   data poisoning: {data}")
+    params = info.get("parameters", [])
+    lines.append("parameters:" if params else "parameters: none")
+    for prm in params:
+        default = "required" if prm.get("required") else f"default {prm['default']!r}"
+        lines.append(f"  {prm['name']}: {default}; {prm['constraint']}")
+    if info.get("details"):  # the docstring as written: formulas keep their layout
+        lines.append("formula and details:")
+        lines.extend(f"  {line}".rstrip() for line in info["details"].splitlines())
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_plugin(args: argparse.Namespace) -> int:
+    """``robustfl plugin new``: an installable plugin package with its tests."""
+    from .plugin_new import write_plugin
+
+    path = write_plugin(args.name, args.kind, args.dir)
+    if not args.quiet:
+        print(f"wrote plugin package {path}")
+    return 0

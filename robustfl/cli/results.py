@@ -1,0 +1,73 @@
+"""``robustfl report`` and ``robustfl compare``: a results store shown, two stores compared."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """A results store as a table, CSV, JSON, Markdown or one HTML page, beside published tables."""
+    from ..simulation.published import compare_published, match_tables
+    from ..simulation.report import load_store
+    from . import render
+
+    if not Path(args.store).is_file():
+        raise ConfigError(f"store {args.store!r} does not exist")
+    # Every setting the store holds, kept apart: the cells' sweep points carry the keys that differ.
+    view = load_store(args.store)
+    cells = view.cells
+    tables = match_tables(view.scenario, view.provenance, args.published)
+    published = [compare_published(cells, t) for t in tables]
+    if args.format == "html":  # one self-contained page: heatmap, tables, curves, provenance
+        from ..simulation.html import page
+
+        text = page(
+            cells,
+            view.scenario,
+            view.provenance,
+            title=f"robustfl results: {Path(args.store).name}",
+            published=published,
+            runs=view.runs,
+            setting_keys=view.keys,
+            convergence=view.convergence,
+        )
+        if args.output:
+            out = Path(args.output)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    else:
+        render.print_report(
+            cells,
+            args.format,
+            output=args.output,
+            scenario=view.scenario,
+            provenance=view.provenance,
+            published=published,
+            runs=view.runs,
+            setting_keys=view.keys,
+            title=str(args.store),
+            convergence=view.convergence,
+        )
+    if args.output and not args.quiet:
+        render.print_note(f"wrote {args.output}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """What changed, cell by cell, between two stores."""
+    from ..simulation.compare import compare_stores, counts
+    from . import render
+
+    for path in (args.store_a, args.store_b):
+        if not Path(path).is_file():
+            raise ConfigError(f"store {path!r} does not exist")
+    rows, keys = compare_stores(args.store_a, args.store_b)
+    render.print_compare(rows, counts(rows), args.store_a, args.store_b, keys)
+    return 0
