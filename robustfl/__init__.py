@@ -42,8 +42,8 @@ def run(
     ``matrix.defenses`` entry with that label, else the registered component; the scenario's
     ``attack.*`` / ``defense.*`` overrides apply to it (one it does not take is an error)."""
     from .simulation import components as C
-    from .simulation.matrix import leave_if_importing_main
     from .simulation.runner import simulate
+    from .sweep.main_guard import leave_if_importing_main
 
     leave_if_importing_main()
     sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
@@ -53,7 +53,7 @@ def run(
 
 
 def run_matrix(scenario: Scenario | str, **kwargs: Any) -> MatrixResult:
-    """Run (or resume, with ``store=``) the scenario's matrix; see simulation.matrix.run_matrix.
+    """Run (or resume, with ``store=``) the scenario's matrix; see robustfl.sweep.driver.run_matrix.
 
     Worker processes import the calling script again: call this under
     ``if __name__ == "__main__":`` (a top-level call raises ``MainGuardError`` saying so). Failed
@@ -61,8 +61,9 @@ def run_matrix(scenario: Scenario | str, **kwargs: Any) -> MatrixResult:
     """
     import warnings
 
-    from .simulation.matrix import MainGuardError, failure_summary
-    from .simulation.matrix import run_matrix as _run_matrix
+    from .sweep.driver import run_matrix as _run_matrix
+    from .sweep.jobs import failure_summary
+    from .sweep.main_guard import MainGuardError
 
     sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
     try:

@@ -28,7 +28,7 @@ import robustfl
 from robustfl.cli.main import main as cli_main
 from robustfl.errors import ConfigError, DataError, ParameterError
 from robustfl.scenario import load_scenario
-from robustfl.simulation.matrix import sweep_points
+from robustfl.sweep.plan import sweep_points
 from robustfl.tasks.base import Partition, Problem
 from robustfl.tasks.cifar10 import CIFAR10, load_cifar10, read_batch, unpickle
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from robustfl.cli import main
-from robustfl.simulation.compare import compare, counts
+from robustfl.reporting.compare import compare, counts
 from robustfl.simulation.results import Cell
 from robustfl.simulation.store import Store
 

@@ -244,7 +244,7 @@ os._exit(code)  # skip the interpreter's teardown (seconds of garbage collection
 def _spawn(args: list[str], err: Path) -> Any:
     """A separate process forked from a server that has imported robustfl (and torch) already."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["robustfl.cli.main", "robustfl.simulation.matrix", "torch._dynamo"])
+    ctx.set_forkserver_preload(["robustfl.cli.main", "robustfl.sweep.driver", "torch._dynamo"])
     proc = ctx.Process(target=exec, args=(CHILD, {"ARGS": args, "ERR": str(err)}))
     proc.start()
     return proc

@@ -20,7 +20,7 @@ from PIL import Image
 from scipy import stats
 
 from robustfl.cli import main
-from robustfl.simulation import html as page_mod
+from robustfl.reporting import curves
 from robustfl.simulation.results import Cell
 from robustfl.simulation.store import Store
 
@@ -184,7 +184,7 @@ def test_curve_matches_numpy() -> None:
     """Per round: the mean over the seeds that reached it, with the 95 % Student-t half-width."""
     cells = [_cell("a", "d", s, d0) for s, d0 in SEEDS_DRIFT.items()]
     cells.append(_cell("a", "d", 9, 8.0, status="diverged"))  # reaches round 1 only (round 2 is null)
-    xs, means, halves = page_mod.curve(cells, "relative_drift")
+    xs, means, halves = curves.curve(cells, "relative_drift")
     assert xs == list(range(1, ROUNDS + 1))
     for r, m, h in zip(xs, means, halves, strict=True):
         v = np.array([d0 * 0.7**r for d0 in SEEDS_DRIFT.values()] + ([8.0 * 0.7] if r == 1 else []))
@@ -192,7 +192,7 @@ def test_curve_matches_numpy() -> None:
         assert h == pytest.approx(
             stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)), rel=1e-9
         )
-    one = page_mod.curve(cells[:1], "relative_drift")
+    one = curves.curve(cells[:1], "relative_drift")
     assert all(math.isnan(h) for h in one[2])  # one seed: no interval
 
 
@@ -204,9 +204,10 @@ def test_html_to_stdout_and_empty_store(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["report", str(tmp_path / "missing.db"), "--format", "html"]) == 2
 
 
-def test_matplotlib_not_imported_by_simulation_modules() -> None:
+def test_matplotlib_not_imported_by_reporting_and_sweep_modules() -> None:
     code = (
-        "import sys, robustfl.simulation.html, robustfl.simulation.matrix, robustfl.simulation.compare;"
+        "import sys, robustfl.reporting, robustfl.reporting.page, robustfl.reporting.compare,"
+        " robustfl.sweep.driver; "
         "print('matplotlib' in sys.modules)"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))

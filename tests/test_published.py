@@ -1,4 +1,4 @@
-"""Published tables as data (robustfl.simulation.published): the shipped TOML files, their
+"""Published tables as data (robustfl.reporting.published): the shipped TOML files, their
 validation, the comparison with a store, and the report views that show it."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from scipy import stats
 
+from robustfl import reporting as report
 from robustfl.cli import main
 from robustfl.errors import ConfigError, UnknownNameError
-from robustfl.simulation import published as P
-from robustfl.simulation import report
-from robustfl.simulation.html import page
+from robustfl.reporting import published as P
+from robustfl.reporting.page import page
 from robustfl.simulation.results import Cell
 from robustfl.simulation.store import Store
 

@@ -31,8 +31,8 @@ import pytest
 
 from robustfl.cli import main
 from robustfl.scenario import load_scenario
-from robustfl.simulation.matrix import plan
 from robustfl.simulation.store import Store
+from robustfl.sweep.plan import plan
 
 from .conftest import ROOT
 
@@ -220,7 +220,7 @@ def _jobs(n: int = 1) -> list[Any]:
 @pytest.mark.slow
 def test_ray_dead_worker_and_timeout_are_failed_cells(ray_address: str, tmp_path: Path) -> None:
     """Last in the file: it kills the instance's workers, so the tests after it would start cold."""
-    from robustfl.simulation.executors import ray_execute
+    from robustfl.sweep.ray_executor import ray_execute
 
     # A "plugin" the worker loads before the cell: one kills its worker process, one hangs.
     exits, hangs = tmp_path / "exits.py", tmp_path / "hangs.py"

@@ -15,8 +15,9 @@ from rich.table import Table
 from rich.text import Text
 from scipy import stats
 
-from robustfl.cli import plots, render
-from robustfl.simulation import report
+from robustfl import reporting as report
+from robustfl.cli import render
+from robustfl.reporting.heatmap import heatmap
 from robustfl.simulation.results import Cell
 
 
@@ -164,13 +165,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_heatmap_png(tmp_path: Path) -> None:
-    one = plots.heatmap(matrix_cells(), tmp_path / "out" / "m.png")
+    one = heatmap(matrix_cells(), tmp_path / "out" / "m.png")
     assert one == tmp_path / "out" / "m.png" and one.read_bytes()[:8] == PNG_MAGIC
     img = imread(one)
     assert img.ndim == 3 and img.shape[2] in (3, 4) and img.shape[0] > 150 and img.shape[1] > 300
     assert np.ptp(img[..., :3]) > 0.5  # not a blank canvas
 
-    two = plots.heatmap(matrix_cells({"x": 1}) + matrix_cells({"x": 2}), tmp_path / "two.png")
+    two = heatmap(matrix_cells({"x": 1}) + matrix_cells({"x": 2}), tmp_path / "two.png")
     img2 = imread(two)
     # two panels side by side
     assert img2.shape[0] == img.shape[0] and img2.shape[1] > 1.5 * img.shape[1] - 300
@@ -180,7 +181,7 @@ def test_heatmap_degenerate_inputs(tmp_path: Path) -> None:
     only_bad = [cell("a", "d", 0, None, "failed"), cell("a", "e", 0, None, "diverged")]
     for name, cells, metric in [("bad", only_bad, "relative_drift"), ("empty", [], "relative_drift"),
                                 ("acc", [Cell("a", "d", 0, final={"accuracy": 0.0})], "accuracy")]:
-        p = plots.heatmap(cells, tmp_path / f"{name}.png", metric=metric)
+        p = heatmap(cells, tmp_path / f"{name}.png", metric=metric)
         assert p.read_bytes()[:8] == PNG_MAGIC and imread(p).shape[0] > 50
 
 

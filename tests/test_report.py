@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from robustfl import reporting as report
 from robustfl.errors import ConfigError
-from robustfl.simulation import report
+from robustfl.reporting.page import page as html_page
 from robustfl.simulation.results import Cell
 
 
@@ -174,7 +175,7 @@ def test_json_document() -> None:
 def test_html_escapes_and_colours() -> None:
     cells = [cell("<script>", "fedavg", 0, 0.05), cell("<script>", "krum", 0, 2.0),
              cell("<script>", "median", 0, None, "failed")]
-    page = report.to_html(cells)
+    page = html_page(cells)
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert '<td style="background:#c8e6c9">0.05</td>' in page  # safe: green
     assert '<td style="background:#ef9a9a">2</td>' in page  # broken: red
@@ -186,7 +187,7 @@ def test_render_dispatch() -> None:
     cells = [cell("a", "d", 0, 0.3)]
     assert report.render(cells, "csv") == report.to_csv(cells)
     assert report.render(cells, "markdown") == report.to_markdown(cells)
-    assert report.render(cells, "html") == report.to_html(cells)
+    assert report.render(cells, "html") == html_page(cells)  # the one HTML page
     assert report.render(cells, "json") == report.to_json(cells)
     with pytest.raises(ConfigError, match="format must be one of"):
         report.render(cells, "xml")

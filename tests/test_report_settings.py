@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from robustfl.cli import main
-from robustfl.simulation import html as page_mod
+from robustfl.reporting import curves
 from robustfl.simulation.results import Cell
 
 BASE = ["--set", "federation.rounds=5", "--set", "federation.clients=10"]
@@ -201,9 +201,9 @@ def _cells(drifts: dict[tuple[str, str], list[float]], rounds: int = 4) -> list[
 
 
 def test_heatmap_has_a_title(two_settings: Path, tmp_path: Path, figures: list[Figure]) -> None:
-    from robustfl.cli import plots
+    from robustfl.reporting.heatmap import heatmap
 
-    plots.heatmap(_cells({("a", "d"): [0.2, 0.3]}), tmp_path / "h.png")
+    heatmap(_cells({("a", "d"): [0.2, 0.3]}), tmp_path / "h.png")
     title = figures[-1].get_suptitle()
     assert "relative_drift" in title or "relative drift" in title
 
@@ -216,18 +216,18 @@ def _image_colour(fig: Figure, value: float) -> str:
 
 
 def test_heatmap_uses_the_tables_fixed_colour_scale(tmp_path: Path, figures: list[Figure]) -> None:
-    from robustfl.cli import plots
-    from robustfl.simulation import report
+    from robustfl import reporting as report
+    from robustfl.reporting.heatmap import heatmap
 
     colours = {"safe": 0.05, "weak": 0.3, "poor": 0.7, "broken": 3.0}
     for name, cells in {
         "small": _cells({("a", "d"): [0.0001, 0.0002], ("b", "d"): [0.01, 0.02]}),
         "large": _cells({("a", "d"): [0.05, 0.06], ("b", "d"): [300.0, 400.0]}),
     }.items():
-        plots.heatmap(cells, tmp_path / f"{name}.png")
+        heatmap(cells, tmp_path / f"{name}.png")
         fig = figures[-1]
         for band, value in colours.items():
-            want = page_mod._COLOURS[band]
+            want = report.BAND_COLOURS[band]
             assert _image_colour(fig, value) == want, (name, band)
             assert report.severity({"status": "ok", "metric": "relative_drift", "mean": value}) == band
 
@@ -237,14 +237,14 @@ def test_drift_bands_do_not_hide_two_seed_curves(figures: list[Figure]) -> None:
 
     two = _cells({("alie", "median"): [0.1, 0.5], ("alie", "fedavg"): [0.2, 0.21]})
     attacks = {"alie": {"median": two[:2], "fedavg": two[2:]}}
-    assert page_mod.drift_figure(attacks) is not None
+    assert curves.drift_figure(attacks) is not None
     ax = figures[-1].axes[0]
     assert not [c for c in ax.collections if isinstance(c, PolyCollection)]  # n = 2: no band
     top = max(c.rounds[0]["relative_drift"] for c in two)
     assert ax.get_ylim()[1] <= 2 * top  # the axes fit the curves, not a 12.7·s/√2 band
 
     three = _cells({("alie", "median"): [0.1, 0.3, 0.5]})
-    page_mod.drift_figure({"alie": {"median": three}})
+    curves.drift_figure({"alie": {"median": three}})
     assert [c for c in figures[-1].axes[0].collections if isinstance(c, PolyCollection)]
 
 
@@ -257,7 +257,7 @@ def _config(byz: float, rounds: int = 5, attack: Any = "alie") -> dict[str, Any]
 
 
 def test_annotate_names_only_the_keys_that_differ() -> None:
-    from robustfl.simulation import report
+    from robustfl import reporting as report
 
     pairs = [
         (Cell("alie", "median", 0, sweep={"federation.rounds": 5}), _config(0.2, 5)),
@@ -277,7 +277,7 @@ def test_annotate_names_only_the_keys_that_differ() -> None:
 
 
 def test_one_label_two_attack_specifications_are_told_apart() -> None:
-    from robustfl.simulation import report
+    from robustfl import reporting as report
 
     pairs = [
         (Cell("alie", "median", 0), _config(0.2)),

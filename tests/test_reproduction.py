@@ -20,8 +20,8 @@ import torch
 
 import robustfl
 from robustfl.defenses.fedavg import FedAvg
-from robustfl.simulation.matrix import run_matrix
 from robustfl.simulation.runner import Simulation
+from robustfl.sweep.driver import run_matrix
 from robustfl.types import Aggregate, DefenseContext
 
 ATTACKS = [
@@ -84,7 +84,7 @@ def test_scenario_is_the_papers_setup() -> None:
     for i, spec in enumerate(d["matrix"]["attacks"][5:11]):
         assert (spec["name"], spec["perturbation"]) == (ATTACKS[5 + i][:7], ATTACKS[5 + i][8:])
     # every label the published table maps to exists in the scenario
-    from robustfl.simulation import published
+    from robustfl.reporting import published
 
     table = next(t for t in published.load_tables() if t.name == "foundationfl-mnist")
     assert table.scenario == "fltrust-mnist"

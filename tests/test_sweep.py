@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from robustfl import reporting as report
 from robustfl.cli import main, render
-from robustfl.simulation import report
 from robustfl.simulation.results import Cell
 from robustfl.simulation.store import Store
 
@@ -274,9 +274,7 @@ def test_render_worst_case_footer_and_axis_tables(
     assert "by x" not in capsys.readouterr().out
     # one attack: no worst-case row
     assert not render.matrix_tables([c("a", "d", 0, 0.1)])[0].show_footer
-    # the HTML report: the same rows, coloured by the worst value's band
-    page = report.to_html(cells)
-    assert '<tfoot><tr><th>worst case</th><td style="background:#ffcc80">0.7 (alie)</td>' in page
-    orange, red = 'style="background:#ffcc80"', 'style="background:#ef9a9a"'
-    assert f"<tr><th>1</th><td {orange}>0.7</td><td {red}>2</td></tr>" in page
-    assert '<td style="background:#ef9a9a">1.2 (worst 2)</td>' in page
+    # the Markdown report: the same worst-case rows, and the axis view
+    md = report.to_markdown(cells)
+    assert "| **worst case** | 0.7 (alie) | 2 (alie) |" in md
+    assert "| 1 | 0.7 | 2 |" in md and "| **worst case** | 0.75 (worst 0.8) | 1.2 (worst 2) |" in md

@@ -1,1 +1,2 @@
-"""Engine, runner, metrics, matrix, executors and the results store."""
+"""One cell's run: the round loop (runner), the engine, metrics, results, convergence and the
+results store. Imports nothing of robustfl.sweep, robustfl.reporting or robustfl.cli."""

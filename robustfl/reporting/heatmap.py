@@ -3,12 +3,12 @@
 Drawn with matplotlib's Agg canvas on a bare ``Figure`` (no pyplot, so the caller's backend and
 global figure state are left alone), under a title (``title``, by default the metric and "mean
 over seeds"). For the final relative drift the colours are the one fixed scale of every view
-(:data:`robustfl.simulation.report.BAND_COLOURS`: safe < 0.1 ≤ weak < 0.5 ≤ poor < 1 ≤ broken),
+(:data:`robustfl.reporting.summaries.BAND_COLOURS`: safe < 0.1 ≤ weak < 0.5 ≤ poor < 1 ≤ broken),
 the same in every plot and every table, named on the colour bar; other metrics, which have no
 severity bands, get a logarithmic scale fitted to the plot and shared by its panels, green (small)
 to red, and the colour bar says so. A diverged cell is drawn at the top of the scale and reads ``div``;
 a failed cell is hatched grey and reads ``fail``; every other cell shows its value (``†`` when
-run outside the rule's guarantee). Numbers come from :func:`robustfl.simulation.report.summarize`.
+run outside the rule's guarantee). Numbers come from :func:`robustfl.reporting.summaries.summarize`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from matplotlib.colors import BoundaryNorm, Colormap, ListedColormap, LogNorm, N
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from robustfl.simulation import report
 from robustfl.simulation.results import Cell
+
+from . import summaries
 
 CMAP = "RdYlGn_r"
 
@@ -46,12 +47,12 @@ def _limits(values: list[float], metric: str) -> tuple[float, float]:
 
 
 # The fixed scale of the relative drift: band edges, and a top where the last band stops on the bar.
-_EDGES = (0.0, *(limit for limit, _ in report.BANDS), 10.0)
-_BAND_NAMES = (*(name for _, name in report.BANDS), "broken")
+_EDGES = (0.0, *(limit for limit, _ in summaries.BANDS), 10.0)
+_BAND_NAMES = (*(name for _, name in summaries.BANDS), "broken")
 
 
 def _band_scale() -> tuple[Colormap, Normalize]:
-    cmap = ListedColormap([report.BAND_COLOURS[name] for name in _BAND_NAMES], name="robustfl-bands")
+    cmap = ListedColormap([summaries.BAND_COLOURS[name] for name in _BAND_NAMES], name="robustfl-bands")
     return cmap, BoundaryNorm(list(_EDGES), cmap.N, clip=True)
 
 
@@ -69,9 +70,9 @@ def heatmap(
     """Write the heatmap to ``path`` (PNG unless its suffix names another format) under ``title``
     (default: ``final METRIC: mean over seeds``); returns the path."""
     path = Path(path)
-    summary = report.summarize(cells, metric)
-    panels = report.layout(summary)
-    banded = metric in report.SEVERITY_METRICS
+    summary = summaries.summarize(cells, metric)
+    panels = summaries.layout(summary)
+    banded = metric in summaries.SEVERITY_METRICS
     cmap: Colormap
     norm: Normalize
     if banded:
@@ -101,7 +102,7 @@ def heatmap(
                 if g["status"] == "diverged":
                     grid[i, j], label = hi, "div"
                 elif g["status"] == "ok":
-                    grid[i, j], label = min(max(g["mean"], lo), hi), report.format_value(g["mean"])
+                    grid[i, j], label = min(max(g["mean"], lo), hi), summaries.format_value(g["mean"])
                 elif g["status"] == "failed":
                     ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", hatch="///",
                                            edgecolor="0.5", linewidth=0))
@@ -109,7 +110,7 @@ def heatmap(
                 else:
                     label = "n/a"
                 if g["outside_guarantee"]:
-                    label += " " + report.DAGGER
+                    label += " " + summaries.DAGGER
                 ax.text(j, i, label, ha="center", va="center", fontsize=8, color=_ink(cmap, norm, grid[i, j]))
         image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
         ax.set_xticks(range(len(defenses)), defenses, rotation=35, ha="right", fontsize=8)

@@ -1,7 +1,8 @@
-"""Remote executors for a matrix: each cell a Ray task, finished cells streamed back to the driver.
+"""The Ray executor of a matrix (:class:`RayTasks`): each cell a Ray task, finished cells streamed
+back to the driver (:func:`ray_execute`); the references are computed by the driver itself.
 
 ``robustfl matrix ... --executor ray [--address HOST:6379]`` runs every cell as one Ray task
-(:func:`robustfl.simulation.matrix.run_job`, the function the local executor runs in its
+(:func:`robustfl.sweep.jobs.run_job`, the function the local executor runs in its
 processes), so a cell gives the same result bit for bit on either executor: its configuration,
 seed and torch thread count (``federation.threads``, which the cell sets itself) fix it. The
 driver keeps the results store: it yields each cell as its task finishes and ``run_matrix`` writes
@@ -26,16 +27,17 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import suppress
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from . import components as C
-from .matrix import Job, Progress, run_job
-from .results import Cell
+from ..simulation.results import Cell
+from .executor import Progress, RefOf, RefTask, Skip
+from .jobs import fault_cell, reference_or_reason, run_job
+from .plan import Job
 
 RAY_MISSING = "--executor ray needs the ray extra: pip install 'robustfl[ray]'"
 
@@ -90,16 +92,6 @@ def _slots(ray: Any, cpus: float, gpus: float) -> int:
     return max(1, n)
 
 
-def _fault(job: Job, message: str, elapsed: float = 0.0) -> Cell:
-    """A ``failed`` cell for a fault outside the cell's own code (a dead worker, a timeout)."""
-    cell = Cell(
-        C.attack_label(job.attack), C.defense_label(job.defense), job.seed, status="failed", error=message
-    )
-    cell.elapsed_s = elapsed
-    cell.sweep, cell.key, cell.outside_guarantee = dict(job.sweep), job.key, job.outside
-    return cell
-
-
 def _task_error(exc: BaseException) -> str:
     """One line for a task that raised: the original exception behind a Ray task error (an import
     error on the worker, say), else Ray's own (the worker died)."""
@@ -111,7 +103,7 @@ def _task_error(exc: BaseException) -> str:
 
 def ray_execute(
     todo: Sequence[Job],
-    ref_of: Callable[[Job], np.ndarray | None],
+    ref_of: RefOf,
     plugins: Sequence[str],
     allow_outside: bool,
     device: str,
@@ -173,7 +165,7 @@ def ray_execute(
                 try:
                     cell = ray.get(obj)
                 except Exception as exc:  # the task itself failed: a dead worker, an import error
-                    cell = _fault(job, _task_error(exc), time.monotonic() - t0)
+                    cell = fault_cell(job, _task_error(exc), time.monotonic() - t0)
                 yield cell
             if cell_timeout is not None:
                 now = time.monotonic()
@@ -182,10 +174,49 @@ def ray_execute(
                         del pending[obj]
                         with suppress(Exception):
                             ray.cancel(obj, force=True)
-                        yield _fault(job, f"timeout after {cell_timeout:g} s", now - t0)
+                        yield fault_cell(job, f"timeout after {cell_timeout:g} s", now - t0)
     finally:
         for obj in pending:  # interrupted (Ctrl-C, or the driver stopped reading): stop the rest
             with suppress(Exception):  # already finished or gone
                 ray.cancel(obj, force=True)
         if started:
             ray.shutdown()
+
+
+class RayTasks:
+    """The Ray executor (:class:`~robustfl.sweep.executor.Executor`): the references are computed
+    by the driver, in this process; each cell is one Ray task (:func:`ray_execute`)."""
+
+    def __init__(
+        self,
+        workers: int,
+        plugins: Sequence[str],
+        allow_outside: bool,
+        device: str,
+        address: str | None,
+        timeout: float | None,
+    ) -> None:
+        self.workers, self.address, self.timeout = workers, address, timeout
+        self.plugins, self.allow_outside, self.device = list(plugins), allow_outside, device
+
+    def references(self, missing: Sequence[RefTask]) -> Iterator[tuple[RefTask, np.ndarray | str]]:
+        for task in missing:
+            yield task, reference_or_reason(task[1], task[2], self.plugins, self.device)
+
+    def cells(
+        self, todo: Sequence[Job], ref_of: RefOf, skip: Skip | None, progress: Progress | None
+    ) -> Generator[Cell, None, None]:
+        yield from ray_execute(
+            todo,
+            ref_of,
+            self.plugins,
+            self.allow_outside,
+            self.device,
+            self.address,
+            progress,
+            workers=self.workers,
+            cell_timeout=self.timeout,
+        )
+
+    def close(self) -> None:
+        pass

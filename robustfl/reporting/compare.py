@@ -4,7 +4,7 @@ Cells are matched by their identity ``(sweep point, attack, defense, seed)``; th
 hash is not part of the match, so a store re-run after a code or scenario change lines up with
 the old one. A store may hold several settings (runs with different ``--set`` values):
 :func:`compare_stores` first adds to every cell's sweep point the setting keys that differ
-within either store (:func:`robustfl.simulation.report.annotate`, the same keys on both sides),
+within either store (:func:`robustfl.reporting.settings.annotate`, the same keys on both sides),
 so a cell is matched only with the cell of the same setting, never with another setting's.
 Where a set holds two cells with one identity, the one written last counts.
 
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .results import METRIC_KEYS, Cell, clean_number
+from ..simulation.results import METRIC_KEYS, Cell, clean_number
 
 DELTA_METRICS = ("relative_drift", "accuracy")
 CHANGES = ("status", "changed", "only_a", "only_b", "same")
@@ -113,7 +113,8 @@ def counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def compare_stores(path_a: str | Path, path_b: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     """``(rows, keys)``: :func:`compare` of two stores' cells, each cell's sweep point extended
     by ``keys``, the setting keys that differ within either store (see the module docstring)."""
-    from .report import annotate, load_store
+    from .settings import annotate
+    from .store_view import load_store
 
     a, b = load_store(path_a), load_store(path_b)
     keys = list(dict.fromkeys([*a.keys, *b.keys]))

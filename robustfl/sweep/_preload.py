@@ -1,4 +1,4 @@
-"""Imported once by the worker pool's fork server (``matrix._mp_context``): every built-in
+"""Imported once by the worker pool's fork server (``robustfl.sweep.pool.mp_context``): every built-in
 attack, defense, pre-aggregator and task module, so a forked worker starts with them (and the
 scipy/numpy modules they pull in, ~400 modules) already imported instead of importing them again
 in each worker, seconds into its first cell. Plugins are still loaded by each worker."""

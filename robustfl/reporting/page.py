@@ -3,10 +3,10 @@
 The page needs nothing but itself: no scripts, no external stylesheet, font or image; every
 figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep point:
 
-* the heatmap of the final relative drift (:func:`robustfl.cli.plots.heatmap`);
+* the heatmap of the final relative drift (:func:`robustfl.reporting.heatmap.heatmap`);
 * a table of the final relative drift (and accuracy, on classification tasks): the mean over
   seeds ± the half-width of its two-sided 95 % Student-t interval,
-  ``t_{0.975, n-1} · s / sqrt(n)`` (from :func:`robustfl.simulation.report.summarize`), coloured
+  ``t_{0.975, n-1} · s / sqrt(n)`` (from :func:`robustfl.reporting.summaries.summarize`), coloured
   by severity, with diverged and failed seeds counted;
 * drift curves: relative drift over rounds, one small plot per attack with a line per defense,
   the mean over seeds and a light 95 % band (the same t interval, per round, over the seeds that
@@ -14,7 +14,7 @@ figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep 
 * weight diagnostics for the rules that give rows weights (FedSim, FLTrust, FedAvg, Krum, ...):
   the Byzantine rows' total weight share and the detection precision and recall ("weight exactly
   zero" as a flag) over rounds, per attack that has Byzantine clients;
-* for a store whose scenario has published tables (:mod:`robustfl.simulation.published`), the
+* for a store whose scenario has published tables (:mod:`robustfl.reporting.published`), the
   measured error (and backdoor success) rates beside the paper's, with the cells outside the
   tolerance flagged and Kendall's tau per attack;
 * under a table whose clean run (attack none, defense fedavg) has not converged by the criterion
@@ -24,43 +24,34 @@ figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep 
   scenario itself), each headed by its values of the keys that tell the store's settings apart.
 
 A store holding several settings (two runs with different ``--set`` values) shows one table,
-heatmap panel and set of curves per setting, never pooled (:func:`robustfl.simulation.report.annotate`).
-Colours follow the one severity scale of every view (``report.BAND_COLOURS``), stated under
+heatmap panel and set of curves per setting, never pooled
+(:func:`robustfl.reporting.settings.annotate`).
+Colours follow the one severity scale of every view (``summaries.BAND_COLOURS``), stated under
 each table; ± is the 95 % Student-t half-width everywhere.
 
-matplotlib is imported only when a page is drawn.
+The curves are drawn by :mod:`robustfl.reporting.curves`; matplotlib is imported only when a
+page is drawn.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
+from robustfl.simulation.results import Cell, clean_number
 
 from . import published as _published
-from . import report
-from .results import Cell, clean_number
+from . import summaries
+from .curves import BAND_MIN_SEEDS, diagnostics_figure, drift_figure
+from .settings import run_setting, settings_note
 
-DIAGNOSTICS = (
-    ("byzantine_weight", "Byzantine weight share"),
-    ("detection_precision", "detection precision"),
-    ("detection_recall", "detection recall"),
-)
-_COLOURS = report.BAND_COLOURS
-# A 95 % band is drawn only where at least this many seeds reached the round: with two seeds
-# the Student-t quantile is 12.7, so the band is ~9 times the seeds' spread and hides the curves.
-BAND_MIN_SEEDS = 3
-BAND_ALPHA = 0.12
 _PROVENANCE_KEYS = ("robustfl", "torch", "numpy", "python", "platform", "scenario_hash", "scenario_path")
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;max-width:1250px}
@@ -77,48 +68,12 @@ nav a{margin-right:1em}
 """
 
 
-# -- numbers ------------------------------------------------------------------------------------
-
-
-def interval(values: Sequence[float]) -> tuple[float, float]:
-    """``(mean, half-width of the two-sided 95 % Student-t interval)``; the half-width is NaN for
-    fewer than two values, and both are NaN for none."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = statistics.fmean(values)
-    if n < 2:
-        return mean, math.nan
-    s = statistics.stdev(values)
-    return mean, float(stats.t.ppf(0.975, n - 1) * s / math.sqrt(n))
-
-
-def curve(cells: Sequence[Cell], metric: str) -> tuple[list[int], list[float], list[float]]:
-    """``(rounds, mean, half-width)`` of ``metric`` per round over the cells' seeds: at each round
-    the seeds that reached it with a finite value (half-width NaN where fewer than two)."""
-    by_round: dict[int, list[float]] = {}
-    for c in cells:
-        for i, m in enumerate(c.rounds):
-            v = clean_number(m.get(metric))
-            if v is None:
-                continue
-            r = clean_number(m.get("round"))
-            by_round.setdefault(int(r) if r is not None else i + 1, []).append(float(v))
-    xs = sorted(by_round)
-    means, halves = [], []
-    for x in xs:
-        mean, half = interval(by_round[x])
-        means.append(mean)
-        halves.append(half)
-    return xs, means, halves
-
-
 def cell_text(group: Mapping[str, Any]) -> str:
     """A summary group's text, the same as every other view's (``mean ± 95 % half-width``, its
     diverged / failed seeds noted), with ``†`` when run outside the rule's guarantee."""
     text = str(group["text"])
     if group["outside_guarantee"]:
-        text += f" {report.DAGGER}"
+        text += f" {summaries.DAGGER}"
     return text
 
 
@@ -129,14 +84,8 @@ def _png_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-def _figure_png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
 def _heatmap_png(cells: Sequence[Cell], metric: str, title: str | None = None) -> bytes:
-    from robustfl.cli.plots import heatmap
+    from .heatmap import heatmap
 
     with tempfile.TemporaryDirectory(prefix="robustfl-html-") as tmp:
         path = heatmap(cells, Path(tmp) / "heatmap.png", metric, title=title)
@@ -147,131 +96,9 @@ def _groups(cells: Iterable[Cell]) -> dict[str, dict[str, dict[str, list[Cell]]]
     """``{sweep label: {attack: {defense: [cells over seeds]}}}`` in first-seen order."""
     out: dict[str, dict[str, dict[str, list[Cell]]]] = {}
     for c in cells:
-        by_attack = out.setdefault(report.sweep_label(c.sweep), {})
+        by_attack = out.setdefault(summaries.sweep_label(c.sweep), {})
         by_attack.setdefault(c.attack, {}).setdefault(c.defense, []).append(c)
     return out
-
-
-def _colours(defenses: Sequence[str]) -> dict[str, Any]:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if len(defenses) <= 10 else "tab20"]
-    return {d: cmap(i % cmap.N) for i, d in enumerate(defenses)}
-
-
-def _new_figure(rows: int, cols: int, width: float, height: float) -> tuple[Any, Any]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=90, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    return fig, axes
-
-
-def _seeds_per_round(cells: Sequence[Cell], metric: str) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for c in cells:
-        for i, m in enumerate(c.rounds):
-            if clean_number(m.get(metric)) is None:
-                continue
-            r = clean_number(m.get("round"))
-            x = int(r) if r is not None else i + 1
-            counts[x] = counts.get(x, 0) + 1
-    return counts
-
-
-def _plot_line(ax: Any, cells: Sequence[Cell], metric: str, colour: Any, label: str, log: bool) -> bool:
-    """Draw the mean and, at the rounds that at least ``BAND_MIN_SEEDS`` seeds reached, a light
-    95 % band; returns whether anything was drawn. The caller fits the axes to the seeds' values,
-    so a band wider than them is cut at the edge rather than squashing the curves."""
-    xs, means, halves = curve(cells, metric)
-    if not xs:
-        return False
-    diverged = sum(c.status == "diverged" for c in cells)
-    if diverged:
-        label += f" ({diverged} diverged)"
-    ax.plot(xs, means, color=colour, linewidth=1.4, label=label)
-    n = _seeds_per_round(cells, metric)
-    show = [n.get(x, 0) >= BAND_MIN_SEEDS and math.isfinite(h) for x, h in zip(xs, halves, strict=True)]
-    if any(show):
-        lo = [m - h if ok else m for m, h, ok in zip(means, halves, show, strict=True)]
-        hi = [m + h if ok else m for m, h, ok in zip(means, halves, show, strict=True)]
-        if log:  # a band reaching zero or below runs off the bottom of the axes
-            lo = [max(v, 1e-300) for v in lo]
-        ax.fill_between(xs, lo, hi, where=show, color=colour, alpha=BAND_ALPHA, linewidth=0)
-    return True
-
-
-def drift_figure(
-    attacks: Mapping[str, Mapping[str, Sequence[Cell]]], metric: str = "relative_drift"
-) -> bytes | None:
-    """One small plot per attack, a line per defense: ``metric`` over rounds, mean and 95 % band."""
-    attack_names = [a for a, ds in attacks.items() if any(curve(cs, metric)[0] for cs in ds.values())]
-    if not attack_names:
-        return None
-    defenses = list(dict.fromkeys(d for a in attack_names for d in attacks[a]))
-    colours = _colours(defenses)
-    cols = min(3, len(attack_names))
-    rows = math.ceil(len(attack_names) / cols)
-    fig, axes = _new_figure(rows, cols, 4.1 * cols, 3.0 * rows + 0.6)
-    for i, ax in enumerate(axes.flat):
-        if i >= len(attack_names):
-            ax.set_visible(False)
-            continue
-        a = attack_names[i]
-        values = [v for cs in attacks[a].values() for c in cs for v in _series(c, metric)]
-        log = bool(values) and min(values) > 0
-        for d, cs in attacks[a].items():
-            _plot_line(ax, cs, metric, colours[d], d, log)
-        # The axes fit the seeds' values (every seed's curve, not only the mean); a band reaching
-        # past them is cut at the edge rather than stretching the scale over decades.
-        if log:
-            ax.set_yscale("log")
-            ax.set_ylim(min(values) / 1.5, max(values) * 1.5)
-        elif values:
-            pad = 0.05 * ((max(values) - min(values)) or abs(max(values)) or 1.0)
-            ax.set_ylim(min(values) - pad, max(values) + pad)
-        ax.set_title(f"attack: {a}", fontsize=9)
-        ax.set_xlabel("round", fontsize=8)
-        ax.set_ylabel(metric.replace("_", " "), fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    return _figure_png(fig)
-
-
-def _series(cell: Cell, metric: str) -> list[float]:
-    return [float(v) for m in cell.rounds if (v := clean_number(m.get(metric))) is not None]
-
-
-def diagnostics_figure(attacks: Mapping[str, Mapping[str, Sequence[Cell]]]) -> bytes | None:
-    """Per attack with Byzantine clients (a row): the Byzantine weight share and the detection
-    precision and recall over rounds (columns), a line per defense that gives rows weights."""
-    rows_of: list[tuple[str, dict[str, Sequence[Cell]]]] = []
-    for a, ds in attacks.items():
-        weighted = {d: cs for d, cs in ds.items() if any(_series(c, "byzantine_weight") for c in cs)}
-        has_byzantine = any(_series(c, "detection_recall") for cs in weighted.values() for c in cs)
-        if weighted and has_byzantine:
-            rows_of.append((a, weighted))
-    if not rows_of:
-        return None
-    defenses = list(dict.fromkeys(d for _, ds in rows_of for d in ds))
-    colours = _colours(defenses)
-    fig, axes = _new_figure(len(rows_of), len(DIAGNOSTICS), 4.1 * len(DIAGNOSTICS), 2.7 * len(rows_of) + 0.6)
-    for r, (a, ds) in enumerate(rows_of):
-        for k, (metric, title) in enumerate(DIAGNOSTICS):
-            ax = axes[r][k]
-            for d, cs in ds.items():
-                _plot_line(ax, cs, metric, colours[d], d, log=False)
-            ax.set_ylim(-0.03, 1.03)
-            ax.set_title(f"{title} — attack: {a}", fontsize=9)
-            ax.set_xlabel("round", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(True, alpha=0.3)
-            if k == 0:
-                ax.legend(fontsize=7)
-    return _figure_png(fig)
 
 
 # -- the page -----------------------------------------------------------------------------------
@@ -285,9 +112,9 @@ def _table(
     cells: Sequence[Cell], metric: str, convergence: Sequence[Mapping[str, Any]] = ()
 ) -> list[str]:
     e = html.escape
-    summary = report.summarize(cells, metric)
+    summary = summaries.summarize(cells, metric)
     out: list[str] = []
-    for point, attacks, defenses in report.layout(summary):
+    for point, attacks, defenses in summaries.layout(summary):
         if point:
             out.append(f"<h3>{e(point)}</h3>")
         out.append(f'<table class="matrix" data-metric="{e(metric)}">')
@@ -302,16 +129,16 @@ def _table(
                 if g is None:
                     tds.append("<td>—</td>")
                     continue
-                colour = _COLOURS.get(report.severity(g) or "", "")
+                colour = summaries.BAND_COLOURS.get(summaries.severity(g) or "", "")
                 style = f' style="background:{colour}"' if colour else ""
                 tds.append(f"<td{style}>{e(cell_text(g))}</td>")
             out.append(f'<tr><th class="l">{e(a)}</th>{"".join(tds)}</tr>')
         out.append("</tbody></table>")
-        unsettled = report.convergence_note(convergence, point)  # the clean run has not converged
+        unsettled = summaries.convergence_note(convergence, point)  # the clean run has not converged
         if unsettled:
             out.append(f'<p class="not-converged"><strong>{e(unsettled)}</strong></p>')
     if summary:
-        note = "<br>".join(e(line) for line in report.caption(summary, metric).splitlines())
+        note = "<br>".join(e(line) for line in summaries.caption(summary, metric).splitlines())
         out.append(f'<p class="note">{note}</p>')
     return out
 
@@ -326,7 +153,7 @@ def _failures(cells: Sequence[Cell]) -> list[str]:
     out.append('<th class="l">error</th></tr></thead><tbody>')
     for c in bad:
         out.append(
-            f'<tr><td class="l">{e(report.sweep_label(c.sweep))}</td><td class="l">{e(c.attack)}</td>'
+            f'<tr><td class="l">{e(summaries.sweep_label(c.sweep))}</td><td class="l">{e(c.attack)}</td>'
             f'<td class="l">{e(c.defense)}</td><td>{c.seed}</td><td class="l">{e(c.error or "")}</td></tr>'
         )
     out.append("</tbody></table>")
@@ -402,7 +229,7 @@ def _provenance(
     )
     for i, run in enumerate(runs, 1):
         head = f"run {i} of {len(runs)}"
-        setting = report.run_setting(run, setting_keys)
+        setting = run_setting(run, setting_keys)
         if setting:
             head += f": {setting}"
         out += _one_run(run.get("scenario"), run.get("provenance"), head)
@@ -426,7 +253,8 @@ def page(
     run has not converged; ``published``: the comparisons with
     published tables to show (none by default); ``runs``: every run of the store, for the
     provenance (default: the one ``scenario`` / ``provenance``); ``setting_keys``: the keys that
-    tell the store's settings apart (the cells' sweep points carry them, :func:`report.annotate`)."""
+    tell the store's settings apart (the cells' sweep points carry them,
+    :func:`~robustfl.reporting.settings.annotate`)."""
     cells = list(cells)
     e = html.escape
     body: list[str] = [f"<h1>{e(title)}</h1>"]
@@ -447,7 +275,7 @@ def page(
         + '<a href="#provenance">provenance</a></nav>'
     )
     if setting_keys:
-        body.append(f"<p><strong>{e(report.settings_note(setting_keys, cells))}</strong></p>")
+        body.append(f"<p><strong>{e(settings_note(setting_keys, cells))}</strong></p>")
     body.append('<h2 id="matrix">Final relative drift</h2>')
     heading = f"final {metric.replace('_', ' ')} by attack and defense (mean over seeds)"
     body.append(_img(_heatmap_png(cells, metric, heading), f"heatmap of the final {metric}"))
