@@ -77,22 +77,6 @@ SCHEMA: dict[str, dict[str, Spec]] = {
     },
 }
 COMPONENT_SECTIONS = ("task", "algorithm", "sharing", "attack", "defense")
-ALGORITHM_PARAMS: dict[str, dict[str, Spec]] = {
-    "fedavg": {},
-    "fedprox": {"mu": (0.01, "float", ">=0")},
-    "feddyn": {"alpha": (0.1, "float", ">0")},
-}
-SHARING_PARAMS: dict[str, dict[str, Spec]] = {
-    "full": {},
-    "psfed": {
-        "fraction": (0.5, "float", "[0,1]"),
-        "mask": ("random", "str", "choice:random,magnitude,gradient"),
-        "explore": (0.5, "float", "[0,1]"),
-        "full_sync_every": (0, "int", ">=0"),
-    },
-}
-
-
 def _type_ok(value: Any, typ: str) -> bool:
     if typ == "int":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -254,31 +238,12 @@ def _resolve(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if section in COMPONENT_SECTIONS:
             name = given.pop("name", keys["name"][0])
             sec["name"] = _check_value(f"{section}.name", name, "str", "")
-            params: dict[str, Spec] = {}
-            if section == "algorithm":
-                if name not in ALGORITHM_PARAMS:
-                    from .errors import UnknownNameError
+            if section in ("algorithm", "sharing"):
+                from .federation import resolve_params  # the component validates its parameters
 
-                    raise UnknownNameError("algorithm", name, ALGORITHM_PARAMS)
-                params = ALGORITHM_PARAMS[name]
-            elif section == "sharing":
-                if name not in SHARING_PARAMS:
-                    from .errors import UnknownNameError
-
-                    raise UnknownNameError("sharing", name, SHARING_PARAMS)
-                params = SHARING_PARAMS[name]
+                sec.update(resolve_params(section, str(name), copy.deepcopy(given)))
             else:  # task / attack / defense: the component validates its own parameters
                 sec.update(copy.deepcopy(given))
-                out[section] = sec
-                continue
-            for k in given:
-                if k not in params:
-                    raise ConfigError(
-                        f"unknown key {section}.{k} for {section} {name!r} "
-                        f"(keys: {', '.join(['name', *params])})"
-                    )
-            for k, (default, typ, cons) in params.items():
-                sec[k] = _check_value(f"{section}.{k}", given.get(k, default), typ, cons)
             out[section] = sec
             continue
         for k in given:

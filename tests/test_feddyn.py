@@ -285,7 +285,7 @@ def test_bad_alpha_is_a_parameter_error(alpha: Any) -> None:
 def test_created_from_scenario_parameters() -> None:
     alg = create_algorithm("feddyn", {"alpha": 0.05})
     assert isinstance(alg, FedDyn) and alg.alpha == 0.05
-    with pytest.raises(TypeError):
+    with pytest.raises(ParameterError, match="algorithm 'feddyn' has no parameter 'mu'"):
         create_algorithm("feddyn", {"mu": 0.05})
 
 

@@ -21,9 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import InputError, ParameterError
 from ..kernels import EPS
-from ..types import AttackContext, Knowledge, TaskInfo
+from ..registry.adapters import as_attack, declares_knowledge
+from ..types import AttackContext, TaskInfo
 
 __all__ = [
     "EPS", "PERTURBATIONS", "Composite", "build_base", "check_choice", "check_int", "check_real", "generator",
@@ -131,54 +133,80 @@ def rand(g: torch.Generator, shape: tuple[int, ...], like: Tensor) -> Tensor:
 
 
 # -- composite attacks -------------------------------------------------------------------------
-def build_base(attack: str, spec: Any) -> Any:
-    """A ``base`` parameter as an attack: a registered name, {"name": ..., **params}, or an attack."""
+def build_base(attack: str, spec: Any) -> AttackBase:
+    """A ``base`` parameter as an attack: a registered name, {"name": ..., **params}, or an attack
+    object (a plugin's, not deriving from AttackBase, is adapted as the engine adapts it)."""
     from . import create  # here, not at module level: robustfl.attacks imports nothing eagerly
 
     if isinstance(spec, str):
-        return create(spec)
+        return as_attack(create(spec), spec)
     if isinstance(spec, Mapping):
         params = dict(spec)
         name = params.pop("name", None)
         if not isinstance(name, str):
             raise param_error(attack, "base", 'a name or a table with a "name" key', dict(spec))
-        return create(name, **params)
-    if callable(spec) and isinstance(getattr(spec, "knowledge", None), Knowledge):
-        return spec
+        return as_attack(create(name, **params), name)
+    if isinstance(spec, AttackBase) or (callable(spec) and declares_knowledge(spec)):
+        return as_attack(spec, f"{attack}.base")
     raise param_error(attack, "base", "an attack name or a table with a name", spec)
 
 
-class Composite:
-    """Mixin for attacks built on a ``base``: forwards data poisoning, the trigger and setup.
-
-    The subclass stores its base attack in ``self._base``. ``scaling`` with ``base = "backdoor"``
-    thus poisons the data like backdoor and scales the trained rows.
+class Composite(AttackBase):
+    """Base of the attacks built on a ``base`` attack: answers for its base's data poisoning,
+    backdoor trigger, Sybil identities and setup. The subclass stores the base in ``self._base``
+    (None where the base is optional and absent). ``scaling`` with ``base = "backdoor"`` thus
+    poisons the data like backdoor and scales the trained rows.
     """
 
-    _base: Any
-    _FORWARD = ("poison", "trigger", "target_label", "sybil_rows")
+    _base: AttackBase | None
 
-    def __getattr__(self, name: str) -> Any:
+    def _the_base(self, what: str) -> AttackBase:
         base = self.__dict__.get("_base")
-        if name in Composite._FORWARD and base is not None:
-            return getattr(base, name)
-        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+        if base is None:
+            raise NotImplementedError(f"{type(self).__name__} has no base attack to {what}")
+        return base
 
     @property
     def poisons_data(self) -> bool:
-        return bool(getattr(self.__dict__.get("_base"), "poisons_data", False))
+        base = self.__dict__.get("_base")
+        return base is not None and base.poisons_data
+
+    @property
+    def backdoor(self) -> bool:
+        base = self.__dict__.get("_base")
+        return base is not None and base.backdoor
+
+    @property
+    def sybil(self) -> bool:
+        base = self.__dict__.get("_base")
+        return base is not None and base.sybil
+
+    @property
+    def target_label(self) -> int:
+        base = self.__dict__.get("_base")
+        return 0 if base is None else base.target_label
 
     def setup(self, info: TaskInfo) -> None:
-        base_setup = getattr(self._base, "setup", None)
-        if base_setup is not None:
-            base_setup(info)
+        base = self.__dict__.get("_base")
+        if base is not None:
+            base.setup(info)
+
+    def poison(self, x: Tensor, y: Tensor, generator: Any) -> tuple[Tensor, Tensor]:
+        return self._the_base("poison data").poison(x, y, generator)
+
+    def trigger(self, x: Tensor) -> Tensor:
+        return self._the_base("stamp a trigger").trigger(x)
+
+    def sybil_rows(self, f: int) -> Tensor:
+        return self._the_base("mark Sybil rows").sybil_rows(f)
 
     def base_rows(self, ctx: AttackContext) -> Tensor:
-        rows: Tensor = self._base(ctx)
+        rows: Tensor = self._the_base("craft rows")(ctx)
         if tuple(rows.shape) != tuple(ctx.own.shape):
             got, want = tuple(rows.shape), tuple(ctx.own.shape)
             raise InputError(f"base attack returned shape {got}, expected {want}")
         return rows.to(dtype=ctx.own.dtype, device=ctx.own.device)
 
     def base_stats(self) -> dict[str, float]:
-        return dict(getattr(self._base, "last_stats", {}) or {})
+        base = self.__dict__.get("_base")
+        return {} if base is None else dict(base.last_stats)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..errors import InputError
 from ..kernels import krum_scores, sq_distances
 from ..types import AttackContext, Knowledge
@@ -51,7 +52,7 @@ def lambda_max(honest: Tensor, f: int) -> float:
 
 
 @dataclass
-class FangKrum:
+class FangKrum(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN | Knowledge.HONEST, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 

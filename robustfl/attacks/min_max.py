@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..capabilities import AttackBase
 from ..kernels import sq_distances
 from ..types import AttackContext, Knowledge
 from ._common import EPS, PERTURBATIONS, check_choice, check_real, known_rows, mean_std, param_error
@@ -42,7 +43,7 @@ from ._common import perturbation as direction
 
 
 @dataclass
-class MinMax:
+class MinMax(AttackBase):
     perturbation: str = "std"
     gamma_max: float | None = None
     ddof: int = 0

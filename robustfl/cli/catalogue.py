@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,10 @@ from .parser import LISTS
 def _catalogue(part: str) -> list[dict[str, Any]]:
     """One part of ``robustfl list``: every entry's name, origin, kind, description and paper
     (from its module's docstring); the defenses are followed by the pre-aggregators."""
-    from .. import attacks, defenses, tasks
+    from .. import attacks, defenses, federation, tasks
     from ..errors import PluginError
     from ..registry import doc_parts
-    from ..scenario import ALGORITHM_PARAMS, SHARING_PARAMS, find_scenario, scenario_names
+    from ..scenario import find_scenario, scenario_names
 
     if part == "scenarios":
         rows = []
@@ -32,14 +31,12 @@ def _catalogue(part: str) -> list[dict[str, Any]]:
             rows.append({"name": n, "origin": "built-in", "kind": "scenario", "description": doc})
             rows[-1]["paper"] = ""
         return rows
-    if part in ("algorithms", "sharing"):
-        names = ALGORITHM_PARAMS if part == "algorithms" else SHARING_PARAMS
-        kind = "algorithm" if part == "algorithms" else "sharing scheme"
-        return [
-            {"name": n, "origin": "built-in", "kind": kind, **_short(doc_parts(_federation_class(n)))}
-            for n in names
-        ]
-    regs = {"attacks": [attacks.registry], "defenses": [defenses.registry, defenses.pre_registry]}
+    regs = {
+        "attacks": [attacks.registry],
+        "defenses": [defenses.registry, defenses.pre_registry],
+        "algorithms": [federation.algorithm_registry],
+        "sharing": [federation.sharing_registry],
+    }
     rows = []
     for reg in regs.get(part, [tasks.registry]):
         for name, origin in reg.items():
@@ -67,20 +64,6 @@ def _scenario_doc(path: Path) -> str:
     text = " ".join(x for x in lines if x)
     end = text.find(". ")
     return text[: end + 1] if end >= 0 else text
-
-
-def _federation_class(name: str) -> Any:
-    import importlib
-
-    table = {
-        "fedavg": "base:Algorithm",
-        "fedprox": "fedprox:FedProx",
-        "feddyn": "feddyn:FedDyn",
-        "full": "base:Sharing",
-        "psfed": "psfed:PSFed",
-    }
-    module, _, attr = table[name].partition(":")
-    return getattr(importlib.import_module(f"robustfl.federation.{module}"), attr)
 
 
 def _wrap(text: str, width: int, indent: str) -> str:
@@ -122,40 +105,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _show_info(name: str) -> dict[str, Any]:
     """Everything ``robustfl show NAME`` prints, from the registries and the docstrings."""
-    from .. import attacks, defenses, tasks
     from ..errors import UnknownNameError
-    from ..registry import doc_parts
-    from ..scenario import ALGORITHM_PARAMS, SHARING_PARAMS
+    from ..plugins import plugin_tables
 
-    for reg in (attacks.registry, defenses.registry, defenses.pre_registry, tasks.registry):
+    registries = [reg for _, reg in plugin_tables()]
+    for reg in registries:
         if name in reg:
             return reg.info(name)
-    for table, kind in ((ALGORITHM_PARAMS, "algorithm"), (SHARING_PARAMS, "sharing scheme")):
-        if name in table:
-            params = [
-                {"name": k, "default": default, "constraint": _constraint_text(cons, typ)}
-                for k, (default, typ, cons) in table[name].items()
-            ]
-            return {
-                "name": name,
-                "kind": kind,
-                "origin": "built-in",
-                **doc_parts(_federation_class(name)),
-                "parameters": params,
-            }
-    known = [*attacks.names(), *defenses.names(), *defenses.pre_registry.names(), *tasks.names()]
-    raise UnknownNameError("component", name, [*known, *ALGORITHM_PARAMS, *SHARING_PARAMS])
-
-
-def _constraint_text(cons: str, typ: str) -> str:
-    """A scenario schema constraint in words: "choice:a,b" -> "one of 'a', 'b'", ">=0" -> ">= 0"."""
-    if cons.startswith("choice:"):
-        return "one of " + ", ".join(repr(c) for c in cons.split(":", 1)[1].split(","))
-    words = {"[0,1]": "in [0, 1]", "(0,1]": "in (0, 1]", "": ""}
-    text = words[cons] if cons in words else re.sub(r"^(>=|<=|>|<)\s*", r"\1 ", cons)
-    kind = {"float": "a number", "int": "an integer", "str": "a string"}.get(typ, typ)
-    return f"{kind} {text}".strip()
-
+    raise UnknownNameError("component", name, [n for reg in registries for n in reg.names()])
 
 def cmd_show(args: argparse.Namespace) -> int:
     """One component in full: parameters, defaults, constraints, knowledge, the formula."""

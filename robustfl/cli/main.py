@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "quiet", False):
         logging.getLogger("robustfl").setLevel(logging.ERROR)
     try:
-        from ..registry import load_plugin
+        from ..plugins import load_plugin
 
         for spec in getattr(args, "plugin", []) or []:
             load_plugin(spec)
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt as exc:  # Ctrl-C: one line (a matrix says what its store holds), exit 130
-        matrix = sys.modules.get("robustfl.simulation.matrix")  # loaded if a matrix was running
+        matrix = sys.modules.get("robustfl.sweep.interrupt")  # loaded if a matrix was running
         interrupted = getattr(matrix, "Interrupted", ())
         msg = str(exc) if interrupted and isinstance(exc, interrupted) and str(exc) else "interrupted"
         print(f"robustfl: {msg}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The attack x defense tables in the terminal: ``robustfl matrix`` / ``report``, one run's summary.
 
-The numbers come from :func:`robustfl.simulation.report.summarize`, so the table, the
+The numbers come from :func:`robustfl.reporting.summarize`, so the table, the
 CSV/Markdown/HTML reports and the heatmap agree: ± is the half-width of the 95 % Student-t
 interval over seeds everywhere, stated in each table's caption with the colour bands. A store
 holding several settings shows one table per setting, titled with the keys that differ; a sweep
@@ -17,8 +17,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from robustfl import reporting as report
 from robustfl.simulation import convergence as convergence_mod
-from robustfl.simulation import report
 from robustfl.simulation.results import METRIC_KEYS, Cell
 
 from .tables import STATUS_STYLES, Column, cell_text, entry_text, fit_tables, get_console
@@ -86,7 +86,7 @@ def sweep_tables(
 ) -> list[Table]:
     """One table per sweep key (none without a sweep): rows the key's values, columns the
     defenses, each entry the worst case over attacks summarised over the other sweep axes
-    (:func:`robustfl.simulation.report.axis_views`), and a "worst case" footer over all points;
+    (:func:`robustfl.reporting.axis_views`), and a "worst case" footer over all points;
     split to fit ``width`` as :func:`matrix_tables` does."""
     tables = []
     for key, view in report.axis_views(cells, metric).items():

@@ -1,7 +1,7 @@
 """Terminal output of robustfl (rich): the one place the commands print from.
 
 With the modules it gathers, the only part of robustfl that imports rich (``robustfl/cli``); a thin
-layer: the numbers come from :func:`robustfl.simulation.report.summarize`, so the table, the
+layer: the numbers come from :func:`robustfl.reporting.summarize`, so the table, the
 CSV/Markdown/HTML reports and the heatmap agree.
 
 * :mod:`.tables` -- the colour bands, a summary's coloured text, tables fitted to the console;

@@ -14,8 +14,8 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from robustfl.simulation import published as _published
-from robustfl.simulation import report
+from robustfl import reporting as report
+from robustfl.reporting import published as _published
 from robustfl.simulation.results import Cell
 
 from .matrix_view import print_matrix
@@ -24,7 +24,7 @@ from .tables import get_console
 
 def published_tables(comparisons: Sequence[_published.Comparison]) -> list[RenderableType]:
     """Per published table: its header lines, the measured-vs-published cells (flagged ones in
-    orange) and Kendall's tau per attack (:mod:`robustfl.simulation.published`)."""
+    orange) and Kendall's tau per attack (:mod:`robustfl.reporting.published`)."""
     out: list[RenderableType] = []
     for comp in comparisons:
         out.append(Text(f"Measured vs published: {comp.table.title}", style="bold"))

@@ -11,8 +11,8 @@ from ..errors import ConfigError
 
 def cmd_report(args: argparse.Namespace) -> int:
     """A results store as a table, CSV, JSON, Markdown or one HTML page, beside published tables."""
-    from ..simulation.published import compare_published, match_tables
-    from ..simulation.report import load_store
+    from ..reporting.published import compare_published, match_tables
+    from ..reporting.store_view import load_store
     from . import render
 
     if not Path(args.store).is_file():
@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     tables = match_tables(view.scenario, view.provenance, args.published)
     published = [compare_published(cells, t) for t in tables]
     if args.format == "html":  # one self-contained page: heatmap, tables, curves, provenance
-        from ..simulation.html import page
+        from ..reporting.page import page
 
         text = page(
             cells,
@@ -62,7 +62,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """What changed, cell by cell, between two stores."""
-    from ..simulation.compare import compare_stores, counts
+    from ..reporting.compare import compare_stores, counts
     from . import render
 
     for path in (args.store_a, args.store_b):

@@ -15,8 +15,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """One cell: the scenario's attack and defense (or --attack/--defense), with its convergence verdict."""
     from ..simulation import convergence
     from ..simulation.components import chosen_spec
-    from ..simulation.matrix import Job, _failed, set_up
     from ..simulation.runner import clean_convergence
+    from ..sweep.jobs import failed_cell as _failed
+    from ..sweep.plan import Job, set_up
     from . import render
 
     sc = load(args)  # --set attack.* / defense.* apply to the attack and defense chosen
@@ -41,7 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if verdict is None and cell.status != "failed":  # an exact optimum: the clean run's own verdict
         rounds = int(sc.section("federation")["rounds"])
         if attack == "none" and defense == "fedavg":  # this cell is the clean run
-            verdict = convergence.from_cell(cell, rounds, every=int(sc.section("metrics")["every"]))
+            verdict = convergence.from_cell(cell, rounds)
         if verdict is None:
             try:
                 verdict = clean_convergence(sc, args.seed, device=args.device)[1]
@@ -65,7 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     """The matrix into a resumable store, with live progress, then its table (exit 1: a cell failed)."""
     from ..simulation.components import refuse_choice_settings
-    from ..simulation.matrix import Interrupted, _interrupted_message, failure_summary, run_matrix
+    from ..sweep.driver import run_matrix
+    from ..sweep.interrupt import Interrupted
+    from ..sweep.interrupt import interrupted_message as _interrupted_message
+    from ..sweep.jobs import failure_summary
     from . import render
 
     sc = load(args)
@@ -96,7 +100,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if args.json:
             write_json(args.json, {**result.to_json(), "convergence": verdicts})
         if args.plot:
-            from .plots import heatmap
+            from ..reporting.heatmap import heatmap
 
             heatmap(result.cells, args.plot)
         render.print_matrix(result.cells, title=sc.name, convergence=verdicts)
@@ -122,7 +126,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """The scenario checked and planned, nothing run."""
-    from ..simulation.matrix import plan
+    from ..sweep.plan import plan
     from . import render
 
     sc = load(args)

@@ -19,7 +19,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from robustfl.simulation import report
+from robustfl import reporting as report
 
 STYLES = {
     "safe": "green",

@@ -17,12 +17,12 @@ import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ..capabilities import DefenseBase
 from ..errors import ParameterError
 from ..kernels import row_norms, smallest_sums, sq_distances
 from ..types import DefenseContext
@@ -127,24 +127,14 @@ def nearest(dist: Distances, m: int) -> Tensor:
     return order[:, :m]
 
 
-class Rule:
-    """Base of the robust rules: ``admits`` from ``min_clients``, a no-op ``reset``.
+class Rule(DefenseBase):
+    """Base of the robust rules: ``admits`` from ``min_clients``, a no-op ``reset``
+    (:class:`robustfl.capabilities.DefenseBase`).
 
     ``admits(K, f_hat)`` says whether K rows with f_hat assumed Byzantine are inside the rule's
     guarantee (the runner refuses the cell otherwise unless --allow-outside-guarantee); a rule
     still computes what it can outside it.
     """
-
-    name: ClassVar[str] = ""
-
-    def min_clients(self, f_hat: int) -> int:
-        return 1
-
-    def admits(self, k: int, f_hat: int) -> bool:
-        return k >= self.min_clients(f_hat)
-
-    def reset(self) -> None:
-        return None
 
 
 def require_int(rule: str, name: str, value: object, minimum: int) -> None:

@@ -25,7 +25,6 @@ Stats: ``num_selected`` (theta), ``beta``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -45,8 +44,8 @@ from ._select import (
 
 @dataclass
 class Bulyan(Rule):
-    name: ClassVar[str] = "bulyan"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "bulyan"
+    properties = frozenset(
         {"translation_equivariant", "scale_equivariant", "coordinate_bounded"}
     )
 

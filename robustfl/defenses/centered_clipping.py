@@ -20,7 +20,6 @@ Stats: ``tau``, ``clipped_fraction`` (rows clipped in the first iteration).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -34,7 +33,7 @@ from ._select import Rule, combine, median_value, require_int, require_number, s
 class CenteredClipping(Rule):
     tau: float | None = None
     iterations: int = 1
-    name: ClassVar[str] = "centered_clipping"
+    name = "centered_clipping"
     _v: Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

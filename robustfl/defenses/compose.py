@@ -24,8 +24,10 @@ from typing import Any
 
 from torch import Tensor
 
+from ..capabilities import DefenseBase, PreAggregatorBase
 from ..errors import ConfigError
 from ..kernels import check_updates
+from ..registry.adapters import as_defense, as_pre
 from ..types import Aggregate, Defense, DefenseContext
 from . import create, pre_registry
 
@@ -33,24 +35,20 @@ _MAX_CLIENTS = 1 << 40
 
 
 def rule_name(rule: Any) -> str:
-    return str(getattr(rule, "label", None) or getattr(rule, "name", None) or type(rule).__name__.lower())
+    return as_defense(rule).name
 
 
 def admits(rule: Any, k: int, f_hat: int) -> bool:
     """Whether K rows with f-hat Byzantine are inside ``rule``'s guarantee (True if it has none)."""
-    if hasattr(rule, "admits"):
-        return bool(rule.admits(k, f_hat))
-    if hasattr(rule, "min_clients"):
-        return k >= int(rule.min_clients(f_hat))
-    return True
+    return as_defense(rule).admits(k, f_hat)
 
 
 @dataclass
-class Composed:
+class Composed(DefenseBase):
     """Pre-aggregators ``pre`` (applied in order), then ``rule``; a Defense labelled ``label``."""
 
-    pre: tuple[Any, ...]
-    rule: Defense
+    pre: tuple[PreAggregatorBase, ...]
+    rule: DefenseBase
     label: str
 
     @property
@@ -59,10 +57,14 @@ class Composed:
 
     @property
     def properties(self) -> frozenset[str]:
-        props = frozenset(getattr(self.rule, "properties", frozenset()))
+        props = self.rule.properties
         for p in self.pre:
-            props &= frozenset(getattr(p, "preserves", frozenset()))
+            props &= p.preserves
         return props
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.rule.needs_reference
 
     def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]:
         for p in self.pre:
@@ -70,7 +72,7 @@ class Composed:
         return k, f_hat
 
     def admits(self, k: int, f_hat: int) -> bool:
-        return admits(self.rule, *self.transform_counts(k, f_hat))
+        return self.rule.admits(*self.transform_counts(k, f_hat))
 
     def min_clients(self, f_hat: int) -> int:
         """Smallest K admitted (exponential then binary search; admission monotone in K)."""
@@ -86,18 +88,18 @@ class Composed:
         return hi
 
     def reset(self) -> None:
-        for part in (*self.pre, self.rule):
-            if hasattr(part, "reset"):
-                part.reset()
+        for p in self.pre:
+            p.reset()
+        self.rule.reset()
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.label)
         caller = _storage(updates)
         pullbacks = []
-        prev: Any = None
+        prev: PreAggregatorBase | None = None
         for p in self.pre:
-            private = getattr(prev, "fresh_output", False) is True and _storage(updates) != caller
-            step = p.apply_ if private and hasattr(p, "apply_") else p
+            private = prev is not None and prev.fresh_output and _storage(updates) != caller
+            step = p.apply_ if private else p
             updates, ctx, pull = step(updates, ctx)
             pullbacks.append(pull)
             prev = p
@@ -114,8 +116,9 @@ def _storage(t: Tensor) -> int:
 
 def compose(*pre: Any, then: Defense, label: str | None = None) -> Composed:
     """``pre`` pre-aggregators (applied left to right), then the rule ``then``."""
-    names = [str(getattr(p, "name", type(p).__name__.lower())) for p in pre]
-    return Composed(tuple(pre), then, label or "+".join([*names, rule_name(then)]))
+    stages = tuple(as_pre(p) for p in pre)
+    rule = as_defense(then)
+    return Composed(stages, rule, label or "+".join([*(p.name for p in stages), rule.name]))
 
 
 def _pre_from(item: Any) -> Any:

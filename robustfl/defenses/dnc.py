@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -40,8 +39,8 @@ class DnC(Rule):
     iterations: int = 5
     subsample: int = 10_000
     c: float = 1.0
-    name: ClassVar[str] = "dnc"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "dnc"
+    properties = frozenset(
         {
             "permutation_invariant",
             "translation_equivariant",

@@ -19,23 +19,24 @@ A non-finite row gives a non-finite vector on purpose -- the runner records the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from ..capabilities import DefenseBase
 from ..errors import InputError, ParameterError
 from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
 
 
 @dataclass
-class FedAvg:
+class FedAvg(DefenseBase):
     """Sample-weighted (``weighted``) or plain mean of the rows."""
 
     weighted: bool = True
 
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "fedavg"
+    properties = frozenset(
         {
             "permutation_invariant",
             "translation_equivariant",

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from ..capabilities import DefenseBase
 from ..errors import InputError, ParameterError
 from ..kernels import EPS, check_updates, entropy, row_norms, valid_rows
 from ..types import Aggregate, DefenseContext
@@ -67,14 +67,15 @@ def water_fill(a: Tensor, cap: float) -> tuple[Tensor, int, bool]:
 
 
 @dataclass
-class FedSim:
+class FedSim(DefenseBase):
     """Similarity-weighted averaging on the ``basis`` vectors, ReLU ``threshold`` and weight ``cap``."""
 
     basis: str = "model"
     threshold: float = 0.0
     cap: float = 1.0
 
-    properties: ClassVar[frozenset[str]] = frozenset({"permutation_invariant"})
+    name = "fedsim"
+    properties = frozenset({"permutation_invariant"})
 
     def __post_init__(self) -> None:
         def bad(name: str, constraint: str) -> ParameterError:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -61,8 +60,8 @@ def majority_cluster(dist: np.ndarray) -> np.ndarray | None:
 @dataclass
 class Flame(Rule):
     noise: float = 0.0
-    name: ClassVar[str] = "flame"
-    properties: ClassVar[frozenset[str]] = frozenset({"permutation_invariant", "scale_equivariant"})
+    name = "flame"
+    properties = frozenset({"permutation_invariant", "scale_equivariant"})
 
     def __post_init__(self) -> None:
         require_number(self.name, "noise", self.noise, strict=False)

@@ -30,11 +30,11 @@ row with c_i <= 0 has no influence; scaling a row by c > 0 changes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from ..capabilities import DefenseBase
 from ..errors import InputError, ParameterError
 from ..kernels import EPS, check_updates, entropy, row_norms, valid_rows
 from ..types import Aggregate, DefenseContext
@@ -43,12 +43,14 @@ FALLBACKS = ("none", "uniform")
 
 
 @dataclass
-class FLTrust:
+class FLTrust(DefenseBase):
     """Trust-bootstrapped aggregation around the server reference update ``ctx.reference``."""
 
     fallback: str = "none"
 
-    properties: ClassVar[frozenset[str]] = frozenset({"permutation_invariant", "scale_invariant_rows"})
+    name = "fltrust"
+    needs_reference = True  # reads the server's root-data update g0
+    properties = frozenset({"permutation_invariant", "scale_invariant_rows"})
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:

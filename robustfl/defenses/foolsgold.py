@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -69,8 +68,8 @@ def foolsgold_weights(hist: Tensor, kappa: float) -> tuple[Tensor, Tensor]:
 @dataclass
 class FoolsGold(Rule):
     kappa: float = 1.0
-    name: ClassVar[str] = "foolsgold"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "foolsgold"
+    properties = frozenset(
         {"permutation_invariant", "scale_equivariant", "convex_combination", "coordinate_bounded"}
     )
     _index: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)

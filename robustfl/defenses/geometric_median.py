@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -39,8 +38,8 @@ from ._select import Rule, require_int, require_number, sq_dist_to
 class GeometricMedian(Rule):
     nu: float = 1e-6
     max_iter: int = 1000
-    name: ClassVar[str] = "geometric_median"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "geometric_median"
+    properties = frozenset(
         {
             "permutation_invariant",
             "translation_equivariant",

@@ -23,7 +23,6 @@ invariance holds up to such ties.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -43,8 +42,8 @@ def score_gap(scores: Tensor) -> float:
 
 @dataclass
 class Krum(Rule):
-    name: ClassVar[str] = "krum"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "krum"
+    properties = frozenset(
         {
             "permutation_invariant",
             "translation_equivariant",

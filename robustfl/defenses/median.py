@@ -14,7 +14,6 @@ Weights: None (coordinate-wise). Runs on any K >= 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from torch import Tensor
 
@@ -25,8 +24,8 @@ from ._select import Rule, mean_of_order_stats
 
 @dataclass
 class Median(Rule):
-    name: ClassVar[str] = "median"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "median"
+    properties = frozenset(
         {"permutation_invariant", "translation_equivariant", "scale_equivariant", "coordinate_bounded"}
     )
 

@@ -16,7 +16,6 @@ Stats: ``num_selected``; ``score_gap`` (relative gap between the two lowest scor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -30,8 +29,8 @@ from .krum import score_gap
 @dataclass
 class MultiKrum(Rule):
     selected: int | None = None
-    name: ClassVar[str] = "multi_krum"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "multi_krum"
+    properties = frozenset(
         {
             "permutation_invariant",
             "translation_equivariant",

@@ -16,7 +16,6 @@ Weights: None (coordinate-wise).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from torch import Tensor
 
@@ -28,8 +27,8 @@ from ._select import Rule, f_hat, mean_of_order_stats
 
 @dataclass
 class TrimmedMean(Rule):
-    name: ClassVar[str] = "trimmed_mean"
-    properties: ClassVar[frozenset[str]] = frozenset(
+    name = "trimmed_mean"
+    properties = frozenset(
         {"permutation_invariant", "translation_equivariant", "scale_equivariant", "coordinate_bounded"}
     )
 

@@ -66,6 +66,8 @@ class Sharing:
     #: Declared capability: every participant starts its local training at the global model
     #: (``start_points`` is ``w`` repeated), so the engine may take one-step gradients at one point.
     common_start: ClassVar[bool] = True
+    #: Declared capability: the scheme takes the cell's ``seed`` (a keyword of its constructor).
+    takes_seed: ClassVar[bool] = False
 
     def setup(self, *, num_clients: int, w0: Tensor, generator: torch.Generator) -> None:
         self.dim = w0.numel()
@@ -101,28 +103,60 @@ class Sharing:
 
 
 def create_algorithm(name: str, params: dict[str, Any]) -> Algorithm:
-    if name == "fedavg":
-        return Algorithm()
-    if name == "fedprox":
-        from .fedprox import FedProx
+    """The algorithm registered as ``name`` (built-in or plugin), built with ``params``."""
+    from ..errors import PluginError
+    from . import algorithm_registry
 
-        return FedProx(**params)
-    if name == "feddyn":
-        from .feddyn import FedDyn
-
-        return FedDyn(**params)
-    from ..errors import UnknownNameError
-
-    raise UnknownNameError("algorithm", name, ["fedavg", "fedprox", "feddyn"])
+    obj = algorithm_registry.create(name, **params)
+    if not isinstance(obj, Algorithm):
+        raise PluginError(f"algorithm {name!r} must derive from robustfl.federation.Algorithm")
+    return obj
 
 
 def create_sharing(name: str, params: dict[str, Any], *, seed: int) -> Sharing:
-    if name == "full":
-        return Sharing()
-    if name == "psfed":
-        from .psfed import PSFed
+    """The sharing scheme registered as ``name``, built with ``params`` (and the cell's seed where the
+    class declares ``takes_seed``)."""
+    from ..errors import PluginError
+    from . import sharing_registry
 
-        return PSFed(seed=seed, **params)
-    from ..errors import UnknownNameError
+    factory = sharing_registry.get(name)
+    takes_seed = isinstance(factory, type) and issubclass(factory, Sharing) and factory.takes_seed
+    obj = sharing_registry.create(name, **params, **({"seed": seed} if takes_seed else {}))
+    if not isinstance(obj, Sharing):
+        raise PluginError(f"sharing scheme {name!r} must derive from robustfl.federation.Sharing")
+    return obj
 
-    raise UnknownNameError("sharing", name, ["full", "psfed"])
+
+def resolve_params(kind: str, name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """A scenario's ``[algorithm]`` / ``[sharing]`` parameters, validated by the component itself
+    (built once with them) and completed with its defaults, in its fields' order; the cell's
+    ``seed`` is not a scenario parameter."""
+    import dataclasses
+
+    from . import algorithm_registry, sharing_registry
+
+    registry = algorithm_registry if kind == "algorithm" else sharing_registry
+    if "seed" in given and kind == "sharing":
+        from ..errors import ConfigError
+
+        raise ConfigError("sharing.seed is not a scenario key: the cell's seed seeds the sharing scheme")
+    from ..errors import ParameterError
+
+    try:
+        registry.create(name, **given)  # validates: unknown or bad parameters are errors naming them
+    except ParameterError as exc:
+        text = str(exc)
+        bad = next((k for k in given if f"'{k}'" in text or f"parameter {k} " in text), None)
+        raise ParameterError(f"{kind}.{bad}: {text}" if bad else text) from None
+    factory = registry.get(name)
+    out: dict[str, Any] = {}
+    if dataclasses.is_dataclass(factory):
+        for f in dataclasses.fields(factory):
+            if not f.init or f.name == "seed":
+                continue
+            if f.name in given:
+                out[f.name] = given[f.name]
+            elif f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+    out.update({k: v for k, v in given.items() if k not in out})
+    return out

@@ -90,6 +90,7 @@ class PSFed(Sharing):
     seed: int = 0
     name = "psfed"
     common_start: ClassVar[bool] = False  # participants start from their own partly synced models
+    takes_seed: ClassVar[bool] = True  # its masks are drawn from the cell's seed
     masks: ClassVar[tuple[str, ...]] = ("random", "magnitude", "gradient")
     x: Tensor = field(init=False, repr=False)
 

@@ -1,11 +1,14 @@
 """Built-in tables plus entry-point plugins.
 
 ``robustfl.attacks``, ``robustfl.defenses`` and ``robustfl.tasks`` are :class:`Registry`
-objects. Built-ins are named as ``"module:attribute"`` strings and imported only when used.
+objects (so are ``robustfl.defenses.pre_registry`` and ``robustfl.federation``'s
+``algorithm_registry`` / ``sharing_registry``). Built-ins are named as ``"module:attribute"`` strings
+and imported only when used.
 Plugins come from the entry-point groups ``robustfl.attacks``, ``robustfl.defenses`` and
 ``robustfl.tasks`` and are discovered lazily (on the first ``names()`` or ``create()``); a plugin
 may not shadow a built-in or another plugin. ``ROBUSTFL_DISABLE_PLUGIN_AUTOLOAD=1`` turns the
-discovery off; :func:`load_plugin` loads a file or module by hand (the CLI's ``--plugin``).
+discovery off; :func:`robustfl.plugins.load_plugin` loads a file or module by hand (the CLI's
+``--plugin``).
 
 Plugins are validated when loaded: the entry must be callable; an attack class must define
 ``__call__`` and, where its ``knowledge`` is visible on the class (a class attribute or a dataclass
@@ -24,14 +27,15 @@ import importlib.util
 import inspect
 import logging
 import os
-import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError, PluginError, UnknownNameError
+from .catalogue import _parameter_names, doc_parts, parameter_table
+
+_MISSING: Any = object()
 
 log = logging.getLogger(__name__)
 
@@ -216,115 +220,6 @@ def _check_params(kind: str, name: str, factory: Callable[..., Any], params: dic
             raise ParameterError(f"{kind} {name!r} has no parameter {key!r}{hint} (parameters: {listed})")
 
 
-# -- the catalogue: docstrings and parameters ----------------------------------------------------
-def doc_parts(obj: Any) -> dict[str, str]:
-    """``description``, ``paper``, ``formula`` and ``details`` of a component, from one source: the
-    docstring of the module that defines it (the class's own docstring for a module holding
-    several components, or when the module has none). Its first paragraph is the description; a
-    paragraph starting ``Paper:`` is the paper; the next paragraph is the formula; ``details`` is
-    everything after the description and paper."""
-    module = sys.modules.get(getattr(obj, "__module__", "") or "")
-    doc = inspect.getdoc(module) if module is not None else None
-    own = inspect.getdoc(obj) if inspect.isclass(obj) or inspect.isfunction(obj) else None
-    if not doc or (own and _module_holds_several(module)):
-        doc = own or doc or ""
-    paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in doc.split("\n\n") if p.strip()]
-    raw = [p.strip() for p in doc.split("\n\n") if p.strip()]
-    description = paragraphs[0] if paragraphs else ""
-    paper, rest, rest_raw = "", [], []
-    for text, block in zip(paragraphs[1:], raw[1:], strict=True):
-        if not paper and text.lower().startswith("paper:"):
-            paper = text.split(":", 1)[1].strip()
-        else:
-            rest.append(text)
-            rest_raw.append(block)
-    return {
-        "description": description,
-        "paper": paper,
-        "formula": rest[0] if rest else "",
-        "details": "\n\n".join(rest_raw),
-    }
-
-
-def _module_holds_several(module: Any) -> bool:
-    """True for a module defining more than one public class (federation/base.py: FedAvg's
-    algorithm and full sharing), whose docstring describes none of them alone."""
-    classes = [
-        v for k, v in vars(module).items()
-        if inspect.isclass(v) and v.__module__ == module.__name__ and not k.startswith("_")
-    ]
-    return len(classes) > 1
-
-
-def _parameter_names(factory: Any) -> list[str] | None:
-    try:
-        sig = inspect.signature(factory)
-    except (TypeError, ValueError):
-        return None
-    ps = sig.parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in ps):
-        return None
-    return [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-
-
-class _Probe:
-    """A value no parameter accepts: building a component with it makes the component's own
-    validation say what the parameter must be ("parameter p must be <constraint>, got ...")."""
-
-    def __repr__(self) -> str:
-        return "<probe>"
-
-
-def _constraint(factory: Any, name: str, annotation: Any) -> str:
-    import re
-
-    try:
-        factory(**{name: _Probe()})
-    except Exception as exc:  # the component's validation: "... must be X, got <probe>"
-        found = re.search(r"must be (.+?),? got <probe>", str(exc))
-        if found:
-            return found.group(1).strip()
-    if annotation is inspect.Parameter.empty:
-        return "any"
-    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
-
-
-def _jsonable(value: Any) -> Any:
-    import json
-
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value
-
-
-def parameter_table(factory: Any, kind: str = "component") -> list[dict[str, Any]]:
-    """``[{"name", "default", "constraint"}]`` for every keyword parameter of ``factory``; a
-    parameter without a default is ``"required": true``. The constraint is what the component's
-    validation says when given a value it cannot take, else the parameter's annotation."""
-    try:
-        sig = inspect.signature(factory)
-    except (TypeError, ValueError):
-        return []
-    rows = []
-    for p in sig.parameters.values():
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            continue
-        row: dict[str, Any] = {"name": p.name}
-        if p.default is p.empty:
-            row["default"], row["required"] = None, True
-        else:
-            row["default"] = _jsonable(p.default)
-        row["constraint"] = _constraint(factory, p.name, p.annotation)
-        rows.append(row)
-    return rows
-
-
-# -- validation on load ------------------------------------------------------------------------
-_MISSING: Any = object()
-
-
 def _defines_call(cls: type) -> bool:
     return any("__call__" in vars(c) for c in cls.__mro__ if c is not object)
 
@@ -389,50 +284,3 @@ def _entry_points(group: str) -> Iterable[md.EntryPoint]:
     except Exception as exc:  # pragma: no cover - broken metadata
         warnings.warn(f"could not read entry points for {group}: {exc}", stacklevel=2)
         return []
-
-
-def load_plugin(spec: str) -> list[str]:
-    """Load a plugin from a file path or an importable module name (the CLI's ``--plugin``).
-
-    The module registers its components by defining ``ATTACKS``, ``DEFENSES`` and/or ``TASKS``
-    dicts (name -> class or factory), or by calling ``robustfl.attacks.register`` itself.
-    Returns the names it added.
-    """
-    path = Path(spec)
-    cache_key = str(path.resolve()) if (spec.endswith(".py") or path.exists()) else spec
-    if cache_key in _LOADED:
-        return list(_LOADED[cache_key])
-    path = Path(spec)
-    if spec.endswith(".py") or path.exists():
-        if not path.is_file():
-            raise PluginError(f"--plugin {spec!r}: no such file")
-        mod_name = f"robustfl_plugin_{abs(hash(str(path.resolve())))}"
-        loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise PluginError(f"--plugin {spec!r}: not a Python file")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[mod_name] = module
-        try:
-            loader_spec.loader.exec_module(module)
-        except Exception as exc:
-            raise PluginError(f"--plugin {spec!r} failed to import: {exc}") from exc
-        origin = f"plugin file {path}"
-    else:
-        try:
-            module = importlib.import_module(spec)
-        except Exception as exc:
-            raise PluginError(f"--plugin {spec!r}: cannot import module ({exc})") from exc
-        origin = f"plugin module {spec}"
-    from .. import attacks, defenses, tasks
-
-    added: list[str] = []
-    for attr, reg in (("ATTACKS", attacks), ("DEFENSES", defenses), ("TASKS", tasks)):
-        table = getattr(module, attr, None) or {}
-        for name, obj in table.items():
-            reg.register(name, obj, origin)
-            added.append(name)
-    _LOADED[cache_key] = list(added)
-    return added
-
-
-_LOADED: dict[str, list[str]] = {}

@@ -13,8 +13,10 @@ happens to push along the descent direction (``scaling``) even seems to help.
 
 the clean run's relative drift -- the contract's ``relative_drift`` metric, against the very
 reference the cells use -- at round t', 10 % of the rounds before its end (T = federation.rounds).
-With ``metrics.every = m`` > 1, t' is the last measured round at or before floor(0.9 T)
-(m * floor(floor(0.9 T) / m)), so the matrix's own clean cell answers without a second clean run.
+t' does not depend on ``metrics.every``: a clean run whose metrics skip round t' keeps its model
+there as the rounds pass (``runner.clean_convergence``), so measuring less often never moves the
+checkpoint (it once did: with ``metrics.every = 20`` the MNIST reproduction was judged at round 80
+of 100, 0.108, where round 90 reads 0.046).
 
 * Exact-optimum tasks: v is the clean run's distance to w* at t' (at least its final drift when
   it converges monotonically): the floor under every number of the table. It is read late, not
@@ -29,11 +31,12 @@ With ``metrics.every = m`` > 1, t' is the last measured round at or before floor
   for seeds 0 / 1 after its rounds and local_lr were raised); the bare-defaults logistic
   regression at 60 rounds reads 0.40.
 
-Where it is computed: ``run_matrix`` (``matrix.clean_verdicts``) reads v off the matrix's own
-``none x fedavg`` cell when it ran and measured round t' (``metrics.every``); else it takes the
-verdict kept in the store (refs row ``conv-<the clean cell's key>``); else it runs the clean run
-once in the driver (``runner.clean_convergence``, which keeps w_t' as the rounds pass), shared by
-sweep points that differ only in ``threat.*``. ``robustfl run`` takes it from the clean run that
+Where it is computed: ``run_matrix`` (``sweep.verdicts.clean_verdicts``) reads v off the matrix's
+own ``none x fedavg`` cell when it ran and measured round t'; else it takes the verdict kept in the
+store (refs row ``conv-<the clean cell's key>``, written where the clean reference run itself was
+computed, and only when it was judged at this t'); else it runs the clean run once in the driver
+(``runner.clean_convergence``, which keeps w_t' as the rounds pass), shared by sweep points that
+differ only in ``threat.*``. ``robustfl run`` takes it from the clean run that
 is the reference anyway (clean-run tasks), from the cell itself (``--attack none --defense
 fedavg``), else from one clean run. The reports read the stored verdicts.
 
@@ -58,7 +61,7 @@ THRESHOLD = 0.05
 METRIC = "relative_drift"
 CRITERION = (
     "the clean run's (attack none, defense fedavg) relative drift ||w_t - w*|| / ||w_0 - w*|| at "
-    "t = floor(0.9 T) (the last measured round at or before it) "
+    "t = floor(0.9 T) "
     f"must be <= {THRESHOLD:g}, w* the cells' reference (exact optimum, or the clean "
     "run's final model)"
 )
@@ -66,11 +69,9 @@ ADVICE = "raise federation.rounds or federation.local_lr"
 STORE_PREFIX = "conv-"  # the verdict's row in the store's refs table: conv-<the clean cell's key>
 
 
-def checkpoint_round(rounds: int, every: int = 1) -> int:
-    """t' = floor(0.9 T), in integers (no float rounding): 60 -> 54, 100 -> 90, 1 -> 0; with
-    ``metrics.every = m`` the last measured round at or before it (T = 100, m = 20 -> 80)."""
-    t = (9 * int(rounds)) // 10
-    return (t // int(every)) * int(every)
+def checkpoint_round(rounds: int) -> int:
+    """t' = floor(0.9 T), in integers (no float rounding): 60 -> 54, 100 -> 90, 1 -> 0."""
+    return (9 * int(rounds)) // 10
 
 
 def _vec(x: Any) -> np.ndarray:
@@ -97,14 +98,13 @@ def verdict(
     sweep: Mapping[str, Any] | None = None,
     final_relative_drift: float | None = None,
     error: str | None = None,
-    every: int = 1,
 ) -> dict[str, Any]:
     """The verdict dict (module doc) for a criterion value ``value`` (None: no value, ``error`` why)."""
     ok_value = value is not None and math.isfinite(value)
     return {
         "criterion": CRITERION,
         "metric": METRIC,
-        "round": checkpoint_round(rounds, every),
+        "round": checkpoint_round(rounds),
         "rounds": int(rounds),
         "threshold": THRESHOLD,
         "value": float(value) if ok_value and value is not None else None,
@@ -117,13 +117,11 @@ def verdict(
     }
 
 
-def from_cell(
-    cell: Any, rounds: int, sweep: Mapping[str, Any] | None = None, every: int = 1
-) -> dict[str, Any] | None:
+def from_cell(cell: Any, rounds: int, sweep: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The verdict read off the clean cell itself (attack none, defense fedavg, the matrix's own
     reference): its recorded ``relative_drift`` at round t'. None when that round was not
     measured (``metrics.every``) or the cell did not run to ``ok``/``diverged``."""
-    t = checkpoint_round(rounds, every)
+    t = checkpoint_round(rounds)
     final = cell.final.get(METRIC) if cell.reference == "exact" else None
     if cell.status == "diverged":
         return verdict(
@@ -132,7 +130,6 @@ def from_cell(
             reference=cell.reference,
             seed=cell.seed,
             sweep=sweep,
-            every=every,
             error=cell.error or "the clean run diverged",
         )
     if cell.status != "ok":
@@ -147,7 +144,6 @@ def from_cell(
         reference=cell.reference,
         seed=cell.seed,
         sweep=sweep,
-        every=every,
         final_relative_drift=None if final is None else float(final),
     )
 

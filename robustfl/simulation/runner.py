@@ -8,7 +8,6 @@ Byzantine rows -> the defense -> the algorithm's server step -> metrics.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -20,17 +19,16 @@ from torch import Tensor
 
 from .. import tasks
 from ..errors import ConfigError
-from ..federation import Algorithm, create_algorithm, create_sharing
-from ..kernels import row_norms
+from ..federation import create_algorithm, create_sharing
 from ..scenario import Scenario, config_hash
 from ..tasks.base import Partition, Problem
-from ..types import AttackContext, DefenseContext, Knowledge
+from ..types import Knowledge
 from . import components as C
-from .engine import gather_clients, local_train
-from .metrics import round_metrics
-from .results import Cell, clean_metrics
+from .federated import FederatedStages, Measure
+from .results import Cell
+from .round import run_rounds
 
-DIVERGENCE_FACTOR = 1e6
+_STREAMS = ("init", "byzantine", "participation", "train", "root", "attack", "defense", "poison", "sharing")
 _PROBLEM_CACHE: dict[str, Problem] = {}
 
 
@@ -131,10 +129,7 @@ class Simulation:
             )
 
     def _needs_reference(self) -> bool:
-        name = C.spec_name(self.defense_spec)
-        return name == "fltrust" or bool(
-            getattr(self.attack, "knowledge", Knowledge.OWN) & Knowledge.REFERENCE
-        )
+        return self.defense.needs_reference or bool(self.attack.knowledge & Knowledge.REFERENCE)
 
     # ------------------------------------------------------------------------------------
     def run(
@@ -158,30 +153,24 @@ class Simulation:
         sc, p, dev = self.scenario, self.problem, self.device
         fed = sc.section("federation")
         dtype = p.dtype
-        seed = self.seed
-        g_init, g_byz = C.named_generator(seed, "init"), C.named_generator(seed, "byzantine")
-        g_part, g_train = C.named_generator(seed, "participation"), C.named_generator(seed, "train")
-        g_root, g_attack = C.named_generator(seed, "root"), C.named_generator(seed, "attack")
-        g_def, g_poison = C.named_generator(seed, "defense"), C.named_generator(seed, "poison")
-        g_share = C.named_generator(seed, "sharing")
+        g = {name: C.named_generator(self.seed, name) for name in _STREAMS}
 
         k_total = self.num_clients
         is_attack = self.attack_label != "none" and C.spec_name(self.attack_spec) != "none"
         f = sc.byzantine_count() if is_attack else 0
-        byz_ids = torch.randperm(k_total, generator=g_byz)[:f]
+        byz_ids = torch.randperm(k_total, generator=g["byzantine"])[:f]
         is_byz = torch.zeros(k_total, dtype=torch.bool)
         is_byz[byz_ids] = True
 
         # data, on the device; Byzantine clients' data poisoned once, clean data kept for F
         data = tuple(t.to(dev) for t in p.client_data)
         mask = p.client_mask.to(dev)
-        if getattr(self.attack, "poisons_data", False) and f > 0:
-            data = self._poison(data, mask, byz_ids, g_poison)
-        num_samples = p.num_samples.to(dev)
+        if self.attack.poisons_data and f > 0:
+            data = self._poison(data, mask, byz_ids, g["poison"])
         root = tuple(t.to(dev)[None] for t in p.root_data) if p.root_data is not None else None
         root_mask = p.root_mask.to(dev)[None] if p.root_mask is not None else None
 
-        w = p.init(g_init, fed["init_scale"]).to(dev)
+        w = p.init(g["init"], fed["init_scale"]).to(dev)
         w0 = w.clone()
         if p.optimum is not None:
             w_ref, cell.reference = p.optimum.to(dev, dtype), "exact"
@@ -193,186 +182,48 @@ class Simulation:
         f_ref = p.objective(w_ref) if w_ref is not None else float("nan")
 
         self.algorithm.setup(num_clients=k_total, dim=p.dim, dtype=dtype, device=dev)
-        self.sharing.setup(num_clients=k_total, w0=w, generator=g_share)
-        if hasattr(self.defense, "reset"):
-            self.defense.reset()
-        granted = Knowledge.grant(sc.section("threat")["knowledge"])
-        steps, lr, bsz = fed["local_steps"], fed["local_lr"], fed["batch_size"]
+        self.sharing.setup(num_clients=k_total, w0=w, generator=g["sharing"])
+        self.defense.reset()
         rounds = fed["rounds"]
-        every = sc.section("metrics")["every"]
-        backdoor_eval = self._backdoor_inputs()
-        # Full batch: the server's root update rides along as one more row of the clients' vmap.
-        n_max = mask.shape[1]
-        merged = (
-            root is not None
-            and root_mask is not None
-            and root_mask.shape[1] <= n_max
-            and (bsz <= 0 or bsz >= max(int(mask.sum(1).max()), int(root_mask.sum())))
+        measure = Measure(
+            cell,
+            problem=p,
+            w_ref=w_ref,
+            d0=d0,
+            f_ref=f_ref,
+            rounds=rounds,
+            every=sc.section("metrics")["every"],
+            backdoor=self._backdoor_inputs(),
+            sybil_rows=self._sybil_rows,
+            stats=lambda: {"algorithm": self.algorithm.stats(), "sharing": self.sharing.stats()},
+            on_round=on_round,
         )
-        if merged:
-            assert root is not None and root_mask is not None
-            pad = n_max - root_mask.shape[1]
-            data = tuple(
-                torch.cat([t, torch.nn.functional.pad(r, (0, 0) * (r.ndim - 2) + (0, pad))], 0)
-                for t, r in zip(data, root, strict=True)
-            )
-            mask = torch.cat([mask, torch.nn.functional.pad(root_mask, (0, pad))], 0)
-            root_id = torch.tensor([k_total], device=dev)
-
-        has_extra = type(self.algorithm).extra_grad is not Algorithm.extra_grad
-        for t in range(rounds):
-            if self.per_round == k_total:
-                ids = torch.arange(k_total)
-            else:
-                ids = torch.randperm(k_total, generator=g_part)[: self.per_round].sort().values
-            ids_dev = ids.to(dev)
-            byz = is_byz[ids].to(dev)
-            coords = self.sharing.begin_round(t, w, ids_dev)
-
-            train_ids = torch.cat([ids_dev, root_id]) if merged else ids_dev
-            if merged and self.sharing.common_start:  # all rows start at w: no (S, P) concatenation
-                train_start = w.expand(len(ids) + 1, -1).clone()  # trained in place
-                start = w.expand(len(ids), -1)  # the start points, untouched by training
-            else:
-                start = self.sharing.start_points(w, ids_dev)
-                # trained in place: keep the start points apart when the algorithm reads them
-                own_copy = start.clone() if has_extra and not merged else start
-                train_start = torch.cat([start, w[None]]) if merged else own_copy
-
-            def extra(theta: Tensor, start: Tensor = start, ids_dev: Tensor = ids_dev) -> Tensor | None:
-                if not merged:
-                    return self.algorithm.extra_grad(theta, start, ids_dev)
-                e = self.algorithm.extra_grad(theta[:-1], start, ids_dev)
-                return None if e is None else torch.cat([e, torch.zeros_like(theta[-1:])])
-
-            theta = local_train(
-                p.loss,
-                train_start,
-                gather_clients(data, train_ids),
-                mask.index_select(0, train_ids),
-                steps=steps,
-                lr=lr,
-                batch_size=bsz,
-                generator=g_train,
-                extra_grad=extra if has_extra else None,
-                inplace=True,
-                point=w if self.sharing.common_start else None,
-            )
-            reference = None
-            if merged:
-                g0 = theta[-1] - w
-                theta = theta[:-1]
-                reference = self.sharing.restrict(g0)
-            elif root is not None and root_mask is not None:
-                g0 = (
-                    local_train(
-                        p.loss, w[None], root, root_mask, steps=steps, lr=lr, batch_size=bsz,
-                        generator=g_root, point=w,
-                    )[0]
-                    - w
-                )
-                reference = self.sharing.restrict(g0)
-            rows = self.sharing.rows(theta, w, ids_dev)
-            dctx = DefenseContext(
-                round=t,
-                global_model=self.sharing.restrict(w),
-                assumed_byzantine=self.f_hat if self.per_round == k_total else sc.assumed_count(len(ids)),
-                client_ids=ids_dev,
-                num_samples=num_samples.index_select(0, ids_dev),
-                reference=reference,
-                coordinates=coords,
-                generator=g_def,
-            )
-            updates = rows
-            n_byz = int(byz.sum())
-            attack_stats: dict[str, float] = {}
-            if n_byz > 0:  # data-poisoning attacks return their trained rows (a composite may boost them)
-                updates = self._attack(rows, byz, dctx, reference, t, len(ids), w, granted, g_attack)
-                attack_stats = dict(getattr(self.attack, "last_stats", {}) or {})
-            agg = self.defense(updates, dctx)
-            delta = self.sharing.expand(agg.vector.to(dtype))
-            valid = torch.isfinite(row_norms(updates))
-            w_new = self.algorithm.server_step(
-                w, delta, rows=updates, ids=ids_dev, valid=valid, server_lr=fed["server_lr"]
-            )
-            self.sharing.end_round(w, w_new, int(updates.shape[0]))  # every row received counts
-            w = w_new
-            diverged = self._diverged(w, w_ref, d0)
-            if (t + 1) % every and t + 1 < rounds and not diverged:
-                if on_round is not None:
-                    on_round(t + 1, rounds)
-                continue  # metrics.every: this round is not measured (absent from `rounds`)
-            m = round_metrics(
-                t + 1,
-                w,
-                w_ref,
-                d0,
-                f_ref,
-                p,
-                agg,
-                updates,
-                byz,
-                backdoor_eval,
-                sybil_rows=self._sybil_rows(byz, n_byz),
-            )
-            m["defense"] = dict(agg.stats)
-            m["algorithm"] = self.algorithm.stats()
-            m["sharing"] = self.sharing.stats()
-            m["attack"] = attack_stats
-            cell.rounds.append(clean_metrics(m))
-            if on_round is not None:
-                on_round(t + 1, rounds)
-            if diverged:
-                cell.status = "diverged"
-                cell.error = (
-                    f"model diverged at round {t + 1} (non-finite or norm past 1e6 x initial distance)"
-                )
-                break
+        stages = FederatedStages(
+            problem=p,
+            attack=self.attack,
+            attack_label=self.attack_label,
+            defense=self.defense,
+            algorithm=self.algorithm,
+            sharing=self.sharing,
+            fed=fed,
+            per_round=self.per_round,
+            assumed=sc.assumed_count,
+            is_byz=is_byz,
+            data=data,
+            mask=mask,
+            num_samples=p.num_samples.to(dev),
+            root=root,
+            root_mask=root_mask,
+            granted=Knowledge.grant(sc.section("threat")["knowledge"]),
+            generators=g,
+            measure=measure,
+            device=dev,
+        )
+        w, _ = run_rounds(stages, w, rounds)
         cell.final = dict(cell.rounds[-1]) if cell.rounds else {}
         return w
 
     # ------------------------------------------------------------------------------------
-    def _attack(
-        self,
-        rows: Tensor,
-        byz: Tensor,
-        dctx: DefenseContext,
-        reference: Tensor | None,
-        t: int,
-        k: int,
-        w: Tensor,
-        granted: Knowledge,
-        g_attack: torch.Generator,
-    ) -> Tensor:
-        own = rows[byz]  # boolean indexing copies: the attack cannot touch the rows
-        oracle = None
-        if Knowledge.ORACLE in granted:
-            defense, gen_state = self.defense, dctx.generator.get_state()
-
-            def oracle(candidate: Tensor) -> Any:
-                trial = rows.clone()
-                trial[byz] = candidate.to(rows.dtype)
-                g = torch.Generator()
-                g.set_state(gen_state)
-                return copy.deepcopy(defense)(trial, DefenseContext(**{**dctx.__dict__, "generator": g}))
-
-        actx = AttackContext(
-            own=own,
-            round=t,
-            num_clients=k,
-            global_model=self.sharing.restrict(w).clone(),
-            generator=g_attack,
-            honest=rows[~byz] if Knowledge.HONEST in granted else None,
-            reference=reference.clone() if reference is not None and Knowledge.REFERENCE in granted else None,
-            oracle=oracle,
-        )
-        mal = self.attack(actx)
-        if not isinstance(mal, Tensor) or tuple(mal.shape) != tuple(own.shape):
-            shape = tuple(mal.shape) if isinstance(mal, Tensor) else type(mal).__name__
-            raise RuntimeError(f"attack {self.attack_label!r} returned {shape}, expected {tuple(own.shape)}")
-        rows[byz] = mal.to(rows.dtype)  # the engine's fresh rows: replaced in place
-        return rows
-
     def _poison(
         self, data: tuple[Tensor, ...], mask: Tensor, byz_ids: Tensor, g: torch.Generator
     ) -> tuple[Tensor, ...]:
@@ -384,7 +235,7 @@ class Simulation:
         return (x, y, *data[2:])
 
     def _backdoor_inputs(self) -> tuple[Tensor, Tensor] | None:
-        if not hasattr(self.attack, "trigger") or self.problem.test_data is None:
+        if not self.attack.backdoor or self.problem.test_data is None:
             return None
         x, y = self.problem.test_data
         target = int(self.attack.target_label)
@@ -392,21 +243,13 @@ class Simulation:
         xt = self.attack.trigger(x[keep].clone())
         return xt.to(self.device), torch.full((int(keep.sum()),), target, dtype=y.dtype, device=self.device)
 
-    def _sybil_rows(self, byz: Tensor, n_byz: int) -> Tensor | None:
-        if n_byz == 0 or not hasattr(self.attack, "sybil_rows"):
+    def _sybil_rows(self, byz: Tensor) -> Tensor | None:
+        n_byz = int(byz.sum())
+        if n_byz == 0 or not self.attack.sybil:
             return None
         sel = torch.zeros_like(byz)
         sel[byz] = self.attack.sybil_rows(n_byz).to(byz.device)
         return sel
-
-    @staticmethod
-    def _diverged(w: Tensor, w_ref: Tensor | None, d0: float) -> bool:
-        n = float(torch.linalg.vector_norm(w.double()))
-        if not math.isfinite(n):
-            return True
-        if w_ref is None or not math.isfinite(d0):
-            return n > 1e12
-        return float(torch.linalg.vector_norm((w - w_ref).double())) > DIVERGENCE_FACTOR * max(d0, 1e-12)
 
 
 def simulate(
@@ -456,8 +299,7 @@ def clean_convergence(
 
     sim = Simulation(scenario, "none", "fedavg", seed, allow_outside_guarantee=True, device=device)
     rounds = int(scenario.section("federation")["rounds"])
-    every = int(scenario.section("metrics")["every"])
-    t_check = convergence.checkpoint_round(rounds, every)
+    t_check = convergence.checkpoint_round(rounds)
     seen: dict[str, Any] = {"steps": 0, "w0": None, "w_check": None}
     server_step = sim.algorithm.server_step
 
@@ -483,7 +325,6 @@ def clean_convergence(
             reference=reference,
             seed=seed,
             sweep=sweep,
-            every=every,
             error=out.cell.error or f"the clean run ended {out.cell.status}",
         )
     w0 = seen["w0"]
@@ -493,5 +334,4 @@ def clean_convergence(
     final = convergence.relative_distance(w_final, w0, exact) if exact is not None else None
     return w_final, convergence.verdict(
         value, rounds=rounds, reference=reference, seed=seed, sweep=sweep, final_relative_drift=final,
-        every=every,
     )

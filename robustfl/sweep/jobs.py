@@ -29,7 +29,7 @@ _LOADED_PLUGINS: set[str] = set()
 
 def load_plugins(plugins: Sequence[str]) -> None:
     """Load each plugin file or module once per process."""
-    from ..registry import load_plugin
+    from ..plugins import load_plugin
 
     for p in plugins:
         if p not in _LOADED_PLUGINS:

@@ -111,7 +111,7 @@ def execute(sc: Scenario, plan: Plan, job: Job, device: str = "cpu") -> tuple[Tr
 def _init_worker(threads: int, plugins: Sequence[str]) -> None:
     torch.set_num_threads(threads)
     if plugins:
-        from ..registry import load_plugin
+        from ..plugins import load_plugin
 
         for spec in plugins:
             load_plugin(spec)

@@ -1,27 +1,28 @@
 """One trajectory of the theorem's setting, replayed with the library's attack and defense.
 
-Per round: every client's row is ``-grad F_k(w)`` (:class:`~robustfl.theory.setting.Setting`); the
-attack (the library's, on the update rows, reference = the server's update) replaces the Byzantine
-rows; ``g`` = the defense's aggregate of the negated rows (gradient convention, with reference
-``g0 = grad f_D0(w)``); the server steps ``w <- w - alpha g``. A run diverges when ``||w||`` passes
+The rounds run through the library's one round loop (:func:`robustfl.simulation.round.run_rounds`)
+configured by :class:`~robustfl.theory.stages.TheoremStages`: every client's row is
+``-grad F_k(w)`` (:class:`~robustfl.theory.setting.Setting`); the attack (the library's, on the
+update rows, reference = the server's update) replaces the Byzantine rows; ``g`` = the defense's
+aggregate of the negated rows (gradient convention, with reference ``g0 = grad f_D0(w)``); the
+server steps ``w <- w - alpha g``. A run diverges when ``||w||`` passes
 ``DIVERGENCE_FACTOR`` times ``||w0 - w*||`` or is not finite. On FLTrust's trajectories the lemma
 checks' columns are computed after the loop (:class:`Trajectory`).
 """
 
 from __future__ import annotations
 
-import copy
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..types import Aggregate, AttackContext, DefenseContext, Knowledge
+from ..capabilities import AttackBase, DefenseBase
+from ..simulation.round import run_rounds
+from ..types import Knowledge
 from .setting import Setting
+from .stages import TheoremStages
 
 DIVERGENCE_FACTOR = 1e6  # a run diverges when ||w|| passes this times ||w0 - w*|| (or is not finite)
 
@@ -52,8 +53,8 @@ def norm(v: Tensor) -> Tensor:
 
 def run_trajectory(
     st: Setting,
-    attack: Any,
-    defense: Any,
+    attack: AttackBase,
+    defense: DefenseBase,
     *,
     f: int,
     f_hat: int,
@@ -71,54 +72,15 @@ def run_trajectory(
 
     The iterates, aggregates g and root gradients g0 are kept, and the lemma checks are computed
     from them after the loop in one vectorised pass (same formulas, per round)."""
-    k, dev = st.num_clients, st.device
-    is_byz = torch.zeros(k, dtype=torch.bool, device=dev)
-    is_byz[st.byz_order[:f]] = True
-    byz, honest = torch.nonzero(is_byz).flatten(), torch.nonzero(~is_byz).flatten()
-    ids = torch.arange(k, device=dev)
-    x0, y0 = root
-    a0, b0 = x0.T @ x0 / x0.shape[0], x0.T @ y0 / x0.shape[0]  # grad f_D0(w) = a0 w - b0 + l2 w
-    limit = DIVERGENCE_FACTOR * float(norm(st.w0 - st.w_star))
-    ws = torch.empty(rounds + 1, st.w0.shape[0], dtype=torch.float64, device=dev)
-    gs, g0s = torch.empty_like(ws[1:]), torch.empty_like(ws[1:])
-    ws[0] = w = st.w0
-    if hasattr(defense, "reset"):
-        defense.reset()
-    status, done = "ok", rounds
-    for t in range(rounds):
-        rows = -st.client_grads(w)  # each client's update: one full-batch step, beta = 1
-        g0 = a0 @ w - b0 + st.l2 * w  # the server's gradient on D0 (its update is -g0)
-        ctx = DefenseContext(
-            round=t,
-            global_model=w,
-            assumed_byzantine=f_hat,
-            client_ids=ids,
-            num_samples=st.num_samples,
-            reference=g0,
-            generator=defense_gen,
-        )
-        if f > 0:
-            actx = AttackContext(
-                own=rows[byz],
-                round=t,
-                num_clients=k,
-                global_model=w,
-                generator=attack_gen,
-                honest=rows[honest] if Knowledge.HONEST in granted else None,
-                reference=-g0 if Knowledge.REFERENCE in granted else None,
-                oracle=oracle_for(rows, byz, defense, ctx) if Knowledge.ORACLE in granted else None,
-            )
-            rows = rows.clone()
-            rows[byz] = attack(actx).to(rows)
-        g = defense(-rows, ctx).vector  # the aggregate of the negated rows (gradient convention)
-        gs[t], g0s[t] = g, g0
-        w = w - alpha * g
-        ws[t + 1] = w
-        wn = float(norm(w))
-        if not math.isfinite(wn) or wn > limit:
-            status, done = "diverged", t + 1
-            break
-    ws = ws[: done + 1]
+    defense.reset()
+    stages = TheoremStages(
+        st, attack, defense, f=f, f_hat=f_hat, alpha=alpha, root=root, attack_gen=attack_gen,
+        defense_gen=defense_gen, granted=granted, rounds=rounds,
+        limit=DIVERGENCE_FACTOR * float(norm(st.w0 - st.w_star)),
+    )
+    _, done = run_rounds(stages, st.w0, rounds)
+    status = stages.status
+    ws, gs, g0s = stages.ws[: done + 1], stages.gs, stages.g0s
     errors = norm(ws - st.w_star)
     checks = None
     if check:
@@ -140,16 +102,3 @@ def run_trajectory(
         status=status,
         checks=None if checks is None else checks.cpu().numpy(),
     )
-
-
-def oracle_for(rows: Tensor, byz: Tensor, defense: Any, ctx: DefenseContext) -> Callable[[Tensor], Aggregate]:
-    """What the defense would output with ``cand`` as the Byzantine rows (update convention);
-    run on a copy, so the defense's state never changes."""
-
-    def oracle(cand: Tensor) -> Aggregate:
-        trial = rows.clone()
-        trial[byz] = cand.to(trial)
-        agg = copy.deepcopy(defense)(-trial, ctx)
-        return Aggregate(vector=-agg.vector, weights=agg.weights, stats=agg.stats)
-
-    return oracle

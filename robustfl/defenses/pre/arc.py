@@ -16,7 +16,6 @@ it on a private intermediate, never on the caller's updates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -35,9 +34,9 @@ def arc_count(k: int, f: int) -> int:
 
 @dataclass
 class ARC(Pre):
-    name: ClassVar[str] = "arc"
-    fresh_output: ClassVar[bool] = True
-    preserves: ClassVar[frozenset[str]] = frozenset({"permutation_invariant", "scale_equivariant"})
+    name = "arc"
+    fresh_output = True
+    preserves = frozenset({"permutation_invariant", "scale_equivariant"})
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, Pullback]:
         return self._run(updates, ctx, inplace=False)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -33,9 +32,9 @@ from . import Pre, Pullback
 @dataclass
 class Bucketing(Pre):
     size: int = 2
-    name: ClassVar[str] = "bucketing"
-    fresh_output: ClassVar[bool] = True
-    preserves: ClassVar[frozenset[str]] = frozenset(
+    name = "bucketing"
+    fresh_output = True
+    preserves = frozenset(
         {"translation_equivariant", "scale_equivariant", "convex_combination", "coordinate_bounded"}
     )
 

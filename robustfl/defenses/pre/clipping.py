@@ -13,7 +13,6 @@ rows an earlier stage of the same composition returned), never on the caller's u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -52,9 +51,9 @@ def clip_rows_(updates: Tensor, norms: Tensor, tau: Tensor | float) -> Tensor:
 @dataclass
 class Clipping(Pre):
     tau: float
-    name: ClassVar[str] = "clipping"
-    fresh_output: ClassVar[bool] = True
-    preserves: ClassVar[frozenset[str]] = frozenset({"permutation_invariant"})
+    name = "clipping"
+    fresh_output = True
+    preserves = frozenset({"permutation_invariant"})
 
     def __post_init__(self) -> None:
         require_number(self.name, "tau", self.tau, strict=True)

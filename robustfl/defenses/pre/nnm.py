@@ -15,7 +15,6 @@ whose neighbourhood must reach them. K and f-hat are unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -35,9 +34,9 @@ def mixing_matrix(dist: Distances, m: int) -> Tensor:
 
 @dataclass
 class NNM(Pre):
-    name: ClassVar[str] = "nnm"
-    fresh_output: ClassVar[bool] = True
-    preserves: ClassVar[frozenset[str]] = frozenset(
+    name = "nnm"
+    fresh_output = True
+    preserves = frozenset(
         {
             "permutation_invariant",
             "translation_equivariant",

@@ -1,0 +1,78 @@
+"""Loading plugins by hand: the CLI's ``--plugin PATH_OR_MODULE``, the same for every kind.
+
+A plugin file (or module) defines a table per kind it adds -- ``ATTACKS``, ``DEFENSES``,
+``PRE_AGGREGATORS``, ``TASKS``, ``ALGORITHMS``, ``SHARING`` -- mapping names to classes or
+factories; each goes into that kind's :class:`~robustfl.registry.Registry` exactly as an installed
+entry point would. This module sits above the component packages (it imports them all); the
+registries themselves import none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from . import attacks, defenses, federation, tasks
+from .errors import PluginError
+from .registry import Registry
+
+
+def load_plugin(spec: str) -> list[str]:
+    """Load a plugin from a file path or an importable module name (the CLI's ``--plugin``).
+
+    The module registers its components by defining any of the tables of :func:`plugin_tables`
+    (``ATTACKS``, ``DEFENSES``, ``PRE_AGGREGATORS``, ``TASKS``, ``ALGORITHMS``, ``SHARING``: name ->
+    class or factory), or by calling ``robustfl.attacks.register`` (etc.) itself.
+    Returns the names it added.
+    """
+    path = Path(spec)
+    cache_key = str(path.resolve()) if (spec.endswith(".py") or path.exists()) else spec
+    if cache_key in _LOADED:
+        return list(_LOADED[cache_key])
+    path = Path(spec)
+    if spec.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise PluginError(f"--plugin {spec!r}: no such file")
+        mod_name = f"robustfl_plugin_{abs(hash(str(path.resolve())))}"
+        loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise PluginError(f"--plugin {spec!r}: not a Python file")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[mod_name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise PluginError(f"--plugin {spec!r} failed to import: {exc}") from exc
+        origin = f"plugin file {path}"
+    else:
+        try:
+            module = importlib.import_module(spec)
+        except Exception as exc:
+            raise PluginError(f"--plugin {spec!r}: cannot import module ({exc})") from exc
+        origin = f"plugin module {spec}"
+    added: list[str] = []
+    for attr, reg in plugin_tables():
+        table = getattr(module, attr, None) or {}
+        for name, obj in table.items():
+            reg.register(name, obj, origin)
+            added.append(name)
+    _LOADED[cache_key] = list(added)
+    return added
+
+
+_LOADED: dict[str, list[str]] = {}
+
+
+def plugin_tables() -> list[tuple[str, Registry]]:
+    """Every kind a user can add: the table a ``--plugin`` file defines for it, and its registry."""
+
+    return [
+        ("ATTACKS", attacks.registry),
+        ("DEFENSES", defenses.registry),
+        ("PRE_AGGREGATORS", defenses.pre_registry),
+        ("TASKS", tasks.registry),
+        ("ALGORITHMS", federation.algorithm_registry),
+        ("SHARING", federation.sharing_registry),
+    ]
