@@ -10,6 +10,7 @@ Attacks (:class:`AttackBase`):
 
 ====================  =========================================================================
 ``knowledge``         what the attack needs (:class:`~robustfl.types.Knowledge`); OWN by default
+``honest``            True for the no-attack baseline (``none``): no client counts as Byzantine
 ``poisons_data``      True: ``poison(x, y, generator) -> (x', y')`` rewrites its clients' data once
 ``backdoor``          True: ``trigger(x)`` stamps inputs and ``target_label`` is the class they are
                       pushed to (the engine measures the attack success rate)
@@ -24,6 +25,7 @@ Defenses (:class:`DefenseBase`):
 ``name``              the rule's registered name
 ``properties``        rule properties the conformance suite checks (``robustfl.testing``)
 ``needs_reference``   True: reads ``DefenseContext.reference`` (the server's root-data update)
+``tolerates_byzantine`` False: its guarantee covers no f > 0 at all (FedAvg)
 ``min_clients(f)``    rows needed for f-hat = f to be inside the guarantee (1 by default)
 ``admits(K, f)``      K >= min_clients(f) by default
 ``reset()``           forget state between runs (no-op by default)
@@ -77,6 +79,12 @@ class AttackBase:
     def target_label(self) -> int:
         return 0
 
+    @property
+    def honest(self) -> bool:
+        """True for the no-attack baseline: its designated clients behave honestly and are not
+        counted as Byzantine (no poisoning, no Byzantine rows in the metrics)."""
+        return False
+
     def __call__(self, ctx: AttackContext) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not define __call__")
 
@@ -111,6 +119,12 @@ class DefenseBase:
     @property
     def needs_reference(self) -> bool:
         return False
+
+    @property
+    def tolerates_byzantine(self) -> bool:
+        """False for a rule with no robustness guarantee at all (FedAvg): its guarantee covers only
+        f = 0, whatever ``admits`` says about the number of rows."""
+        return True
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         raise NotImplementedError(f"{type(self).__name__} does not define __call__")

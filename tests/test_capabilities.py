@@ -216,3 +216,26 @@ def test_the_reference_is_required_by_declaration_not_by_name() -> None:
         assert cell.status == "ok"
     finally:
         del defenses.registry._entries["needs_root_t"]
+
+
+def test_baseline_and_guarantee_are_declared_not_named() -> None:
+    # the no-attack baseline and the rule without any guarantee say so themselves
+    assert [n for n in attacks.registry.names() if attacks.create(n).honest] == ["none"]
+    builtin = [n for n in defenses.registry.names() if defenses.origin(n) == "built-in"]
+    assert [n for n in builtin if not defenses.create(n).tolerates_byzantine] == ["fedavg"]
+
+    class Quiet(AttackBase):  # an honest baseline under another name: no client counts as Byzantine
+        honest = True
+
+        def __call__(self, ctx: AttackContext) -> Tensor:
+            return ctx.own.clone()
+
+    attacks.register("quiet_t", Quiet, "test")
+    try:
+        sc = robustfl.load_scenario("quick", ["federation.rounds=2", "federation.clients=10"])
+        quiet = simulate(sc, "quiet_t", "fedavg", seed=0).cell
+        none = simulate(sc, "none", "fedavg", seed=0).cell
+        assert quiet.rounds == none.rounds  # same rows, and no row counted as Byzantine
+        assert quiet.final.get("byzantine_weight") == 0.0
+    finally:
+        del attacks.registry._entries["quiet_t"]

@@ -19,6 +19,7 @@ from ..types import AttackContext, Knowledge
 @dataclass
 class NoAttack(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
+    honest = True  # the designated clients are not counted as Byzantine
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         return ctx.own.clone()

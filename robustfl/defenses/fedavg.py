@@ -36,6 +36,7 @@ class FedAvg(DefenseBase):
     weighted: bool = True
 
     name = "fedavg"
+    tolerates_byzantine = False  # a mean: one row moves it anywhere
     properties = frozenset(
         {
             "permutation_invariant",

@@ -156,8 +156,7 @@ class Simulation:
         g = {name: C.named_generator(self.seed, name) for name in _STREAMS}
 
         k_total = self.num_clients
-        is_attack = self.attack_label != "none" and C.spec_name(self.attack_spec) != "none"
-        f = sc.byzantine_count() if is_attack else 0
+        f = 0 if self.attack.honest else sc.byzantine_count()
         byz_ids = torch.randperm(k_total, generator=g["byzantine"])[:f]
         is_byz = torch.zeros(k_total, dtype=torch.bool)
         is_byz[byz_ids] = True

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..capabilities import DefenseBase
 from ..scenario import Scenario
 from ..simulation import components as C
 from ..types import Knowledge
@@ -30,11 +31,12 @@ from .trajectory import Trajectory, run_trajectory
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
-def inside(name: str, defense: Any, k: int, f: int, f_hat: int) -> bool:
-    """Whether the rule's guarantee covers f Byzantine rows out of k (FedAvg: only f = 0)."""
-    if name == "fedavg":
+def inside(defense: DefenseBase, k: int, f: int, f_hat: int) -> bool:
+    """Whether the rule's guarantee covers f Byzantine rows out of k (a rule that declares it
+    tolerates no Byzantine row, FedAvg: only f = 0)."""
+    if not defense.tolerates_byzantine:
         return f == 0
-    return f <= f_hat and C.admits(defense, k, f_hat)
+    return f <= f_hat and defense.admits(k, f_hat)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def execute(sc: Scenario, plan: Plan, job: Job, device: str = "cpu") -> tuple[Tr
         check=is_fl,
     )
     traj.cpu_s = time.process_time() - cpu
-    return traj, inside(C.spec_name(job.defense), defense, st.num_clients, f, f_hat)
+    return traj, inside(defense, st.num_clients, f, f_hat)
 
 
 def _init_worker(threads: int, plugins: Sequence[str]) -> None:
