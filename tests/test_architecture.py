@@ -293,6 +293,34 @@ def test_the_walk_sees_the_package() -> None:
     assert any(e.function_level for e in EDGES) and any(not e.function_level for e in EDGES)
 
 
+MAX_LINES = 400
+
+
+def test_no_module_over_400_lines() -> None:
+    """One idea per module: a module that outgrows 400 lines holds several (CONTRIBUTING)."""
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for p in (ROOT / PACKAGE).rglob("*.py")}
+    assert len(sizes) > 100
+    over = {path: n for path, n in sizes.items() if n > MAX_LINES}
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
+
+
+def test_exactly_one_function_body_runs_rounds() -> None:
+    """The round loop is written once (robustfl.simulation.round.run_rounds): no other function in
+    the package loops over a range of rounds or calls a stage in sequence itself."""
+    import ast
+
+    loops = []
+    for path in (ROOT / PACKAGE).rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.For) and isinstance(node.iter, ast.Call):
+                text = ast.unparse(node.iter)
+                if text.startswith("range(") and "round" in text:
+                    loops.append((path.relative_to(ROOT).as_posix(), node.lineno, text))
+    assert [p for p, _, _ in loops] == ["robustfl/simulation/round.py"], loops
+
+
 def test_nothing_outside_cli_imports_cli_or_rich() -> None:
     bad = cli_imports(EDGES)
     assert not bad, "imports of robustfl.cli / rich from outside robustfl/cli:\n" + "\n".join(map(str, bad))
