@@ -8,65 +8,28 @@
   generator's device and moved to the rows' device.
 * :func:`build_base` -- a ``base`` parameter (name, ``{"name": ..., **params}`` or an attack
   object) as an attack; :class:`Composite` forwards the base's data poisoning, trigger, setup.
-* :func:`check_real`, :func:`check_choice`, :func:`check_int` -- ``__post_init__`` validation with
-  messages "attack <name>: parameter <p> must be <constraint>, got <value>".
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
-from ..errors import InputError, ParameterError
+from ..errors import InputError
 from ..kernels import EPS
 from ..registry.adapters import as_attack, declares_knowledge
 from ..types import AttackContext, TaskInfo
 
 __all__ = [
-    "EPS", "PERTURBATIONS", "Composite", "build_base", "check_choice", "check_int", "check_real", "generator",
-    "known_rows", "mean_std", "num_clients", "orthogonalise", "param_error",
+    "EPS", "PERTURBATIONS", "Composite", "build_base", "generator",
+    "known_rows", "mean_std", "num_clients", "orthogonalise",
     "perturbation", "rand", "randn", "unit",
 ]
-
-
-# -- validation ------------------------------------------------------------------------------
-def param_error(attack: str, p: str, constraint: str, value: Any) -> ParameterError:
-    return ParameterError(f"attack {attack}: parameter {p} must be {constraint}, got {value!r}")
-
-
-def check_real(attack: str, p: str, value: Any, *, low: float | None = None, high: float | None = None,
-               low_open: bool = False, high_open: bool = False) -> float:
-    """A finite real number in the given range (ints accepted, bools refused)."""
-    parts = []
-    if low is not None:
-        parts.append(("> " if low_open else ">= ") + f"{low:g}")
-    if high is not None:
-        parts.append(("< " if high_open else "<= ") + f"{high:g}")
-    constraint = " ".join(["a finite number", " and ".join(parts)]).strip()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise param_error(attack, p, constraint, value)
-    ok = (low is None or (value > low if low_open else value >= low)) and (
-        high is None or (value < high if high_open else value <= high))
-    if not ok:
-        raise param_error(attack, p, constraint, value)
-    return float(value)
-
-
-def check_int(attack: str, p: str, value: Any, *, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise param_error(attack, p, f"an integer >= {low}", value)
-    return value
-
-
-def check_choice(attack: str, p: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise param_error(attack, p, "one of " + ", ".join(repr(c) for c in choices), value)
-    return str(value)
 
 
 # -- what the attacker knows -------------------------------------------------------------------
@@ -141,14 +104,14 @@ def build_base(attack: str, spec: Any) -> AttackBase:
     if isinstance(spec, str):
         return as_attack(create(spec), spec)
     if isinstance(spec, Mapping):
-        params = dict(spec)
-        name = params.pop("name", None)
+        kw = dict(spec)
+        name = kw.pop("name", None)
         if not isinstance(name, str):
-            raise param_error(attack, "base", 'a name or a table with a "name" key', dict(spec))
-        return as_attack(create(name, **params), name)
+            raise params.error(f"attack {attack}", "base", 'a name or a table with a "name" key', dict(spec))
+        return as_attack(create(name, **kw), name)
     if isinstance(spec, AttackBase) or (callable(spec) and declares_knowledge(spec)):
         return as_attack(spec, f"{attack}.base")
-    raise param_error(attack, "base", "an attack name or a table with a name", spec)
+    raise params.error(f"attack {attack}", "base", "an attack name or a table with a name", spec)
 
 
 class Composite(AttackBase):

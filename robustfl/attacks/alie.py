@@ -26,9 +26,10 @@ from statistics import NormalDist
 
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
-from ._common import check_real, known_rows, mean_std, num_clients
+from ._common import known_rows, mean_std, num_clients
 
 
 def default_z(k: int, f: int) -> float:
@@ -48,7 +49,7 @@ class ALIE(AttackBase):
 
     def __post_init__(self) -> None:
         if self.z is not None:
-            self.z = check_real("alie", "z", self.z)
+            self.z = params.number("attack alie", "z", self.z)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         f = ctx.own.shape[0]

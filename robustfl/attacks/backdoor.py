@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..errors import ConfigError
 from ..types import AttackContext, Knowledge, TaskInfo
-from ._common import check_choice, check_int, check_real
 
 WHITE = 1.0
 POSITIONS = ("corner", "centre")
@@ -52,10 +52,11 @@ class Backdoor(AttackBase):
     input_shape: tuple[int, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.target_label = check_int("backdoor", "target_label", self.target_label, low=0)
-        self.trigger_size = check_int("backdoor", "trigger_size", self.trigger_size, low=1)
-        self.poison_fraction = check_real("backdoor", "poison_fraction", self.poison_fraction, low=0, high=1)
-        self.position = check_choice("backdoor", "position", self.position, POSITIONS)
+        c = "attack backdoor"
+        self.target_label = params.number(c, "target_label", self.target_label, low=0, integer=True)
+        self.trigger_size = params.number(c, "trigger_size", self.trigger_size, low=1, integer=True)
+        self.poison_fraction = params.number(c, "poison_fraction", self.poison_fraction, low=0, high=1)
+        self.position = params.choice(c, "position", self.position, POSITIONS)
 
     def setup(self, info: TaskInfo) -> None:
         if not info.is_image or len(info.input_shape) < 2:

@@ -16,8 +16,9 @@ from typing import Any
 
 from torch import Tensor
 
+from .. import params
 from ..types import AttackContext, Knowledge
-from ._common import Composite, build_base, check_int
+from ._common import Composite, build_base
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Drift(Composite):
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.ramp = check_int("drift", "ramp", self.ramp, low=1)
+        self.ramp = params.number("attack drift", "ramp", self.ramp, low=1, integer=True)
         self._base = build_base("drift", self.base)
         self.knowledge = self._base.knowledge | Knowledge.OWN
 

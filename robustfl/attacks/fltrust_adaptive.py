@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
-from ._common import EPS, check_choice, check_int, check_real, generator, orthogonalise, randn, unit
+from ._common import EPS, generator, orthogonalise, randn, unit
 from .fang_trim import fang_trim_rows
 
 ANGLES_DEG = torch.arange(180, dtype=torch.float64) * 0.5
@@ -79,9 +80,10 @@ class FLTrustAdaptive(AttackBase):
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.steps = check_int("fltrust_adaptive", "steps", self.steps, low=0)
-        self.lr = check_real("fltrust_adaptive", "lr", self.lr, low=0, low_open=True)
-        self.variant = check_choice("fltrust_adaptive", "variant", self.variant, ("gradient", "angle"))
+        c = "attack fltrust_adaptive"
+        self.steps = params.number(c, "steps", self.steps, low=0, integer=True)
+        self.lr = params.number(c, "lr", self.lr, low=0, strict_low=True)
+        self.variant = params.choice(c, "variant", self.variant, ("gradient", "angle"))
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         if ctx.honest is None or ctx.reference is None:

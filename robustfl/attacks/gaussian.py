@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
-from ._common import check_choice, check_real, generator, known_rows, randn
+from ._common import generator, known_rows, randn
 
 
 @dataclass
@@ -29,8 +30,8 @@ class Gaussian(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.std = check_real("gaussian", "std", self.std, low=0)
-        self.mean = check_choice("gaussian", "mean", self.mean, ("zero", "honest"))
+        self.std = params.number("attack gaussian", "std", self.std, low=0)
+        self.mean = params.choice("attack gaussian", "mean", self.mean, ("zero", "honest"))
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         noise = self.std * randn(generator(ctx), tuple(ctx.own.shape), ctx.own)

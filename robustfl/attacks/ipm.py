@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
-from ._common import check_real, known_rows
+from ._common import known_rows
 
 
 @dataclass
@@ -33,7 +34,7 @@ class IPM(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.epsilon = check_real("ipm", "epsilon", self.epsilon, low=0)
+        self.epsilon = params.number("attack ipm", "epsilon", self.epsilon, low=0)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         mu = known_rows(ctx).mean(0)

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
-from ._common import check_int
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Mimic(AttackBase):
 
     def __post_init__(self) -> None:
         if self.target is not None:
-            self.target = check_int("mimic", "target", self.target, low=0)
+            self.target = params.number("attack mimic", "target", self.target, low=0, integer=True)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         if ctx.honest is None or ctx.honest.shape[0] == 0:

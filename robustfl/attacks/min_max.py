@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..kernels import sq_distances
 from ..types import AttackContext, Knowledge
-from ._common import EPS, PERTURBATIONS, check_choice, check_real, known_rows, mean_std, param_error
+from ._common import EPS, PERTURBATIONS, known_rows, mean_std
 from ._common import perturbation as direction
 
 
@@ -51,11 +52,11 @@ class MinMax(AttackBase):
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.perturbation = check_choice("min_max", "perturbation", self.perturbation, PERTURBATIONS)
+        self.perturbation = params.choice("attack min_max", "perturbation", self.perturbation, PERTURBATIONS)
         if self.gamma_max is not None:
-            self.gamma_max = check_real("min_max", "gamma_max", self.gamma_max, low=0)
+            self.gamma_max = params.number("attack min_max", "gamma_max", self.gamma_max, low=0)
         if isinstance(self.ddof, bool) or not isinstance(self.ddof, int) or self.ddof not in (0, 1):
-            raise param_error("min_max", "ddof", "0 or 1", self.ddof)
+            raise params.error("attack min_max", "ddof", "0 or 1", self.ddof)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         u = known_rows(ctx)

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import params
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
-from ._common import Composite, build_base, check_real, generator, param_error
+from ._common import Composite, build_base, generator
 
 GRID = 21
 GOLDEN_ITERS = 30
@@ -50,15 +51,16 @@ class Optimal(Composite):
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.low = check_real("optimal", "low", self.low)
-        self.high = check_real("optimal", "high", self.high, low=self.low, low_open=True)
+        c = "attack optimal"
+        self.low = params.number(c, "low", self.low)
+        self.high = params.number(c, "high", self.high, low=self.low, strict_low=True)
         self._base = build_base("optimal", self.base)
         spec = self.base if isinstance(self.base, dict) else {"name": self.base}
         self._base_params = {k: v for k, v in spec.items() if k != "name"}
         self._base_name = spec.get("name") if isinstance(spec.get("name"), str) else None
         name = self.parameter or DEFAULT_PARAMETER.get(self._base_name or "")
         if name is None or self._base_name is None:
-            raise param_error("optimal", "parameter", "given for this base (no default)", self.parameter)
+            raise params.error(c, "parameter", "given for this base (no default)", self.parameter)
         self._param = name
         for x in (self.low, self.high):  # the base must accept the parameter over the whole range
             self._make(x)

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
-from ._common import check_real, generator, known_rows, orthogonalise, randn, unit
+from ._common import generator, known_rows, orthogonalise, randn, unit
 
 
 @dataclass
@@ -36,9 +37,9 @@ class Orthogonal(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.norm_factor = check_real("orthogonal", "norm_factor", self.norm_factor, low=0)
+        self.norm_factor = params.number("attack orthogonal", "norm_factor", self.norm_factor, low=0)
         if self.angle is not None:
-            self.angle = check_real("orthogonal", "angle", self.angle, low=0, high=180)
+            self.angle = params.number("attack orthogonal", "angle", self.angle, low=0, high=180)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         mu = known_rows(ctx).mean(0)

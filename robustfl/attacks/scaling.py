@@ -22,8 +22,9 @@ from typing import Any
 
 from torch import Tensor
 
+from .. import params
 from ..types import AttackContext, Knowledge
-from ._common import Composite, build_base, check_real, num_clients
+from ._common import Composite, build_base, num_clients
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Scaling(Composite):
 
     def __post_init__(self) -> None:
         if self.factor is not None:
-            self.factor = check_real("scaling", "factor", self.factor, low=0)
+            self.factor = params.number("attack scaling", "factor", self.factor, low=0)
         self._base = None if self.base is None else build_base("scaling", self.base)
         if self._base is not None:
             self.knowledge = self._base.knowledge | Knowledge.OWN

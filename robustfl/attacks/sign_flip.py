@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..types import AttackContext, Knowledge
-from ._common import check_choice, check_real, known_rows
+from ._common import known_rows
 
 
 @dataclass
@@ -28,8 +29,8 @@ class SignFlip(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.scale = check_real("sign_flip", "scale", self.scale, low=0)
-        self.source = check_choice("sign_flip", "source", self.source, ("own", "mean"))
+        self.scale = params.number("attack sign_flip", "scale", self.scale, low=0)
+        self.source = params.choice("attack sign_flip", "source", self.source, ("own", "mean"))
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         if self.source == "own":

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
-from ._common import EPS, check_choice, check_real, generator, known_rows, orthogonalise, randn, unit
+from ._common import EPS, generator, known_rows, orthogonalise, randn, unit
 
 MIN_COS = 0.01
 
@@ -51,9 +52,9 @@ class SimilarityPoisoning(AttackBase):
 
     def __post_init__(self) -> None:
         if self.target_similarity is not None:
-            self.target_similarity = check_real("similarity_poisoning", "target_similarity",
-                                                self.target_similarity, low=0, high=1, low_open=True)
-        self.target = check_choice("similarity_poisoning", "target", self.target, ("update", "model"))
+            self.target_similarity = params.number("attack similarity_poisoning", "target_similarity",
+                                                self.target_similarity, low=0, high=1, strict_low=True)
+        self.target = params.choice("attack similarity_poisoning", "target", self.target, ("update", "model"))
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         known = known_rows(ctx)

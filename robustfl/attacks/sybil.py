@@ -23,8 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import params
 from ..types import AttackContext, Knowledge
-from ._common import Composite, build_base, check_int, check_real, generator, randn
+from ._common import Composite, build_base, generator, randn
 
 
 @dataclass
@@ -37,9 +38,10 @@ class Sybil(Composite):
     sybil = True  # sybil_rows(f): which rows are the one identity's copies
 
     def __post_init__(self) -> None:
+        c = "attack sybil"
         if self.identities is not None:
-            self.identities = check_int("sybil", "identities", self.identities, low=1)
-        self.jitter = check_real("sybil", "jitter", self.jitter, low=0)
+            self.identities = params.number(c, "identities", self.identities, low=1, integer=True)
+        self.jitter = params.number(c, "jitter", self.jitter, low=0)
         self._base = build_base("sybil", self.base)
         self.knowledge = self._base.knowledge | Knowledge.OWN
 

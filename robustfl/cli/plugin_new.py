@@ -174,10 +174,9 @@ Paper: name the paper this attack comes from here (authors, title, venue, year).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from robustfl.errors import ParameterError
+from robustfl import params
 from robustfl.types import AttackContext, Knowledge
 from torch import Tensor
 
@@ -194,13 +193,9 @@ class ${cls}:
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.scale, bool) or not isinstance(self.scale, int | float) or not (
-            math.isfinite(self.scale) and self.scale >= 0
-        ):
-            raise ParameterError(
-                f"attack ${name}: parameter scale must be a finite real >= 0, got {self.scale!r}"
-            )
-        self.scale = float(self.scale)
+        # robustfl.params: number / choice / boolean, one message form
+        # ("attack ${name}: parameter scale must be a finite number >= 0, got -1")
+        self.scale = params.number("attack ${name}", "scale", self.scale, low=0)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
         """(f, P) malicious rows, in ``ctx.own``'s dtype and device; never mutates ``ctx``.
@@ -280,7 +275,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from robustfl.errors import InputError, ParameterError
+from robustfl import params
+from robustfl.errors import InputError
 from robustfl.types import Aggregate, DefenseContext
 from torch import Tensor
 
@@ -305,10 +301,7 @@ class ${cls}:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.weighted, bool):
-            raise ParameterError(
-                f"defense ${name}: parameter weighted must be a boolean, got {self.weighted!r}"
-            )
+        params.boolean("defense ${name}", "weighted", self.weighted)
 
     def min_clients(self, f_hat: int) -> int:
         """The smallest K at which the guarantee holds for f-hat assumed Byzantine rows

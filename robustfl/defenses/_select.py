@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from ..capabilities import DefenseBase
-from ..errors import ParameterError
 from ..kernels import row_norms, smallest_sums, sq_distances
 from ..types import DefenseContext
 
@@ -135,25 +134,6 @@ class Rule(DefenseBase):
     guarantee (the runner refuses the cell otherwise unless --allow-outside-guarantee); a rule
     still computes what it can outside it.
     """
-
-
-def require_int(rule: str, name: str, value: object, minimum: int) -> None:
-    """ParameterError unless value is an int >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ParameterError(f"{rule}: parameter {name} must be an integer >= {minimum}, got {value!r}")
-
-
-def require_number(rule: str, name: str, value: object, *, strict: bool) -> None:
-    """ParameterError unless value is a finite real > 0 (strict) or >= 0."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (strict and value == 0)
-    ):
-        bound = "> 0" if strict else ">= 0"
-        raise ParameterError(f"{rule}: parameter {name} must be a finite number {bound}, got {value!r}")
 
 
 def f_hat(ctx: DefenseContext) -> int:

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, combine, median_value, require_int, require_number, sq_dist_to
+from ._select import Rule, combine, median_value, sq_dist_to
 
 
 @dataclass
@@ -38,8 +39,8 @@ class CenteredClipping(Rule):
 
     def __post_init__(self) -> None:
         if self.tau is not None:
-            require_number(self.name, "tau", self.tau, strict=True)
-        require_int(self.name, "iterations", self.iterations, 1)
+            params.number(f"defense {self.name}", "tau", self.tau, low=0, strict_low=True)
+        params.number(f"defense {self.name}", "iterations", self.iterations, low=1, integer=True)
 
     @property
     def properties(self) -> frozenset[str]:

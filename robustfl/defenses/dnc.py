@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, combine, f_hat, generator_for, require_int, require_number
+from ._select import Rule, combine, f_hat, generator_for
 
 
 @dataclass
@@ -51,9 +52,9 @@ class DnC(Rule):
     )
 
     def __post_init__(self) -> None:
-        require_int(self.name, "iterations", self.iterations, 1)
-        require_int(self.name, "subsample", self.subsample, 1)
-        require_number(self.name, "c", self.c, strict=False)
+        params.number(f"defense {self.name}", "iterations", self.iterations, low=1, integer=True)
+        params.number(f"defense {self.name}", "subsample", self.subsample, low=1, integer=True)
+        params.number(f"defense {self.name}", "c", self.c, low=0)
 
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 1

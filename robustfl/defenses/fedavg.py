@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import DefenseBase
-from ..errors import InputError, ParameterError
+from ..errors import InputError
 from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
 
@@ -48,8 +49,7 @@ class FedAvg(DefenseBase):
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.weighted, bool):
-            raise ParameterError(f"fedavg: parameter weighted must be a boolean, got {self.weighted!r}")
+        params.boolean(f"defense {self.name}", "weighted", self.weighted)
 
     def min_clients(self, f_hat: int) -> int:
         return 1

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import DefenseBase
-from ..errors import InputError, ParameterError
+from ..errors import InputError
 from ..kernels import EPS, check_updates, entropy, row_norms, valid_rows
 from ..types import Aggregate, DefenseContext
 
@@ -78,19 +79,10 @@ class FedSim(DefenseBase):
     properties = frozenset({"permutation_invariant"})
 
     def __post_init__(self) -> None:
-        def bad(name: str, constraint: str) -> ParameterError:
-            value = getattr(self, name)
-            return ParameterError(f"fedsim: parameter {name} must be {constraint}, got {value!r}")
-
-        def number(x: object) -> bool:
-            return isinstance(x, int | float) and not isinstance(x, bool)
-
-        if self.basis not in BASES:
-            raise bad("basis", f"one of {', '.join(BASES)}")
-        if not (number(self.threshold) and -1.0 <= self.threshold <= 1.0):
-            raise bad("threshold", "a number in [-1, 1]")
-        if not (number(self.cap) and 0.0 < self.cap <= 1.0):
-            raise bad("cap", "a number in (0, 1]")
+        c = f"defense {self.name}"
+        params.choice(c, "basis", self.basis, BASES)
+        params.number(c, "threshold", self.threshold, low=-1, high=1)
+        params.number(c, "cap", self.cap, low=0, strict_low=True, high=1)
 
     def min_clients(self, f_hat: int) -> int:
         return 1

@@ -28,9 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .. import params
 from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, combine, generator_for, gram64, median_value, require_number
+from ._select import Rule, combine, generator_for, gram64, median_value
 
 
 def majority_cluster(dist: np.ndarray) -> np.ndarray | None:
@@ -64,7 +65,7 @@ class Flame(Rule):
     properties = frozenset({"permutation_invariant", "scale_equivariant"})
 
     def __post_init__(self) -> None:
-        require_number(self.name, "noise", self.noise, strict=False)
+        params.number(f"defense {self.name}", "noise", self.noise, low=0)
 
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 1

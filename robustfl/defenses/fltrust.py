@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..capabilities import DefenseBase
-from ..errors import InputError, ParameterError
+from ..errors import InputError
 from ..kernels import EPS, check_updates, entropy, row_norms, valid_rows
 from ..types import Aggregate, DefenseContext
 
@@ -53,10 +54,7 @@ class FLTrust(DefenseBase):
     properties = frozenset({"permutation_invariant", "scale_invariant_rows"})
 
     def __post_init__(self) -> None:
-        if self.fallback not in FALLBACKS:
-            raise ParameterError(
-                f"fltrust: parameter fallback must be one of {', '.join(FALLBACKS)}, got {self.fallback!r}"
-            )
+        params.choice(f"defense {self.name}", "fallback", self.fallback, FALLBACKS)
 
     def min_clients(self, f_hat: int) -> int:
         return 1

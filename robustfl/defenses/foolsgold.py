@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import params
 from ..errors import InputError
 from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, gram64, require_number
+from ._select import Rule, gram64
 
 
 def foolsgold_weights(hist: Tensor, kappa: float) -> tuple[Tensor, Tensor]:
@@ -76,7 +77,7 @@ class FoolsGold(Rule):
     _hist: Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        require_number(self.name, "kappa", self.kappa, strict=True)
+        params.number(f"defense {self.name}", "kappa", self.kappa, low=0, strict_low=True)
 
     def reset(self) -> None:
         self._index, self._hist = {}, None

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, require_int, require_number, sq_dist_to
+from ._select import Rule, sq_dist_to
 
 
 @dataclass
@@ -50,8 +51,8 @@ class GeometricMedian(Rule):
     )
 
     def __post_init__(self) -> None:
-        require_number(self.name, "nu", self.nu, strict=True)
-        require_int(self.name, "max_iter", self.max_iter, 1)
+        params.number(f"defense {self.name}", "nu", self.nu, low=0, strict_low=True)
+        params.number(f"defense {self.name}", "max_iter", self.max_iter, low=1, integer=True)
 
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 1

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..kernels import check_updates, krum_neighbours
 from ..types import Aggregate, DefenseContext
-from ._select import Distances, Rule, combine, f_hat, require_int, select_lowest
+from ._select import Distances, Rule, combine, f_hat, select_lowest
 from .krum import score_gap
 
 
@@ -42,7 +43,7 @@ class MultiKrum(Rule):
 
     def __post_init__(self) -> None:
         if self.selected is not None:
-            require_int(self.name, "selected", self.selected, 1)
+            params.number(f"defense {self.name}", "selected", self.selected, low=1, integer=True)
 
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 3

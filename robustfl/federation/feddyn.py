@@ -46,7 +46,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError, ParameterError
+from .. import params
+from ..errors import ConfigError
 from .base import Algorithm
 
 
@@ -82,10 +83,7 @@ class FedDyn(Algorithm):
     h: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        a = self.alpha
-        if isinstance(a, bool) or not isinstance(a, int | float) or not 0 < a < float("inf"):
-            raise ParameterError(f"algorithm feddyn: parameter alpha must be a finite number > 0, got {a!r}")
-        self.alpha = float(a)
+        self.alpha = params.number(f"algorithm {self.name}", "alpha", self.alpha, low=0, strict_low=True)
         self._last: dict[str, float] = {}
         self._cache_ids: Tensor | None = None
         self._cache_g: Tensor | None = None

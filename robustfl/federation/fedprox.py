@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from ..errors import ParameterError
+from .. import params
 from .base import Algorithm
 
 
@@ -21,8 +21,7 @@ class FedProx(Algorithm):
     name = "fedprox"
 
     def __post_init__(self) -> None:
-        if not self.mu >= 0:
-            raise ParameterError(f"algorithm fedprox: parameter mu must be >= 0, got {self.mu!r}")
+        params.number(f"algorithm {self.name}", "mu", self.mu, low=0, finite=False)
 
     def extra_grad(self, theta: Tensor, w_start: Tensor, ids: Tensor) -> Tensor | None:
         return self.mu * (theta - w_start) if self.mu else None

@@ -59,7 +59,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ..errors import ParameterError
+from .. import params
 from .base import Sharing
 from .feddyn import check_state_memory
 
@@ -95,20 +95,12 @@ class PSFed(Sharing):
     x: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        c = "sharing psfed"
-        p, e, n = self.fraction, self.explore, self.full_sync_every
-        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
-            raise ParameterError(f"{c}: parameter fraction must be in [0, 1], got {p!r}")
-        if self.mask not in self.masks:
-            choices = ", ".join(self.masks)
-            raise ParameterError(f"{c}: parameter mask must be one of {choices}, got {self.mask!r}")
-        if isinstance(e, bool) or not isinstance(e, int | float) or not 0 <= e <= 1:
-            raise ParameterError(f"{c}: parameter explore must be in [0, 1], got {e!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ParameterError(f"{c}: parameter full_sync_every must be an integer >= 0, got {n!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ParameterError(f"{c}: parameter seed must be an integer, got {self.seed!r}")
-        self.fraction, self.explore = float(p), float(e)
+        c = f"sharing {self.name}"
+        self.fraction = params.number(c, "fraction", self.fraction, low=0, high=1)
+        params.choice(c, "mask", self.mask, self.masks)
+        self.explore = params.number(c, "explore", self.explore, low=0, high=1)
+        params.number(c, "full_sync_every", self.full_sync_every, low=0, integer=True)
+        params.number(c, "seed", self.seed, integer=True)
 
     def state_bytes(self, num_clients: int, dim: int, itemsize: int) -> int:
         return num_clients * dim * itemsize

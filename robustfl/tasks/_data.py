@@ -1,4 +1,4 @@
-"""Shared plumbing for the tasks: parameter checks, data-dir resolution, the IDX reader, splits.
+"""Shared plumbing for the tasks: the build-argument check, data-dir resolution, the IDX reader, splits.
 
 * :func:`resolve_data_dir` -- where an image task reads its files: ``task.data_dir`` (relative to
   the scenario file's folder), else ``$ROBUSTFL_DATA_DIR/<task>``, else ``~/.cache/robustfl/<task>``.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,61 +25,19 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from ..errors import ConfigError, DataError, ParameterError
+from ..errors import ConfigError, DataError
 from ..types import TaskInfo
 from ._flat import FlatModel, classifier_loss, classifier_predict
 from .base import LossFn, Partition, Problem
 from .partition import pad_clients, partition_indices
 
-# -- parameter checks --------------------------------------------------------------------------
-
-
-def check_int(component: str, name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ParameterError(f"{component}: parameter {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def check_float(
-    component: str,
-    name: str,
-    value: object,
-    *,
-    low: float = -math.inf,
-    high: float = math.inf,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> float:
-    """``value`` as a float in [low, high] (``low_open``/``high_open`` exclude the ends)."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
-    if ok:
-        v = float(value)  # type: ignore[arg-type]
-        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    if not ok:
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
-        raise ParameterError(
-            f"{component}: parameter {name} must be a number in {lo}{low}, {high}{hi}, got {value!r}"
-        )
-    return float(value)  # type: ignore[arg-type]
-
-
-def check_bool(component: str, name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ParameterError(f"{component}: parameter {name} must be true or false, got {value!r}")
-    return value
-
-
-def check_choice(component: str, name: str, value: object, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ParameterError(
-            f"{component}: parameter {name} must be one of {', '.join(map(repr, choices))}, got {value!r}"
-        )
-    return str(value)
+# -- build arguments --------------------------------------------------------------------------
 
 
 def check_common(clients: int, root_size: int, root_bias: float) -> None:
-    """The build arguments every task shares."""
+    """The build arguments every task shares: scenario keys (validated by the scenario too), named
+    as such for a direct caller of ``Task.build``. A task's own parameters are its dataclass
+    fields, checked in its ``__post_init__`` with :mod:`robustfl.params`."""
     if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
         raise ConfigError(f"federation.clients must be an integer >= 1, got {clients!r}")
     if isinstance(root_size, bool) or not isinstance(root_size, int) or root_size < 0:

@@ -45,17 +45,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError, DataError, ParameterError
+from .. import params
+from ..errors import ConfigError, DataError
 from ..types import TaskInfo
-from ._data import (
-    check_choice,
-    check_common,
-    check_float,
-    check_int,
-    image_problem,
-    resolve_data_dir,
-    stratified_take,
-)
+from ._data import check_common, image_problem, resolve_data_dir, stratified_take
 from ._flat import meta_module
 from .base import Partition, Problem, Task
 
@@ -288,11 +281,11 @@ class CIFAR10(Task):
     def __post_init__(self) -> None:
         c = "task cifar10"
         if self.data_dir is not None and not isinstance(self.data_dir, str):
-            raise ParameterError(f"{c}: parameter data_dir must be a path string, got {self.data_dir!r}")
-        self.model = check_choice(c, "model", self.model, tuple(MODELS))
-        self.train_size = check_int(c, "train_size", self.train_size, 0)
-        self.test_size = check_int(c, "test_size", self.test_size, 0)
-        self.l2 = check_float(c, "l2", self.l2, low=0.0)
+            raise params.error(c, "data_dir", "a path string", self.data_dir)
+        self.model = params.choice(c, "model", self.model, tuple(MODELS))
+        self.train_size = params.number(c, "train_size", self.train_size, low=0, integer=True)
+        self.test_size = params.number(c, "test_size", self.test_size, low=0, integer=True)
+        self.l2 = params.number(c, "l2", self.l2, low=0.0)
 
     def splits(self, base_dir: str | None = None) -> tuple[Pair, Pair]:
         """(train pool, test set) as tensors, subset to ``train_size`` / ``test_size`` when > 0."""

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import params
 from ..types import TaskInfo
-from ._data import check_choice, check_common, check_float, check_int, image_problem, stratified_take
+from ._data import check_common, image_problem, stratified_take
 from ._flat import linear, meta_module, mlp
 from .base import Partition, Problem, Task
 
@@ -40,10 +41,10 @@ class Digits(Task):
 
     def __post_init__(self) -> None:
         c = "task digits"
-        self.model = check_choice(c, "model", self.model, ("mlp", "logreg"))
-        self.hidden = check_int(c, "hidden", self.hidden, 1)
-        self.test_fraction = check_float(c, "test_fraction", self.test_fraction, low=0.0, high=0.9)
-        self.l2 = check_float(c, "l2", self.l2, low=0.0)
+        self.model = params.choice(c, "model", self.model, ("mlp", "logreg"))
+        self.hidden = params.number(c, "hidden", self.hidden, low=1, integer=True)
+        self.test_fraction = params.number(c, "test_fraction", self.test_fraction, low=0.0, high=0.9)
+        self.l2 = params.number(c, "l2", self.l2, low=0.0)
 
     def build(
         self,

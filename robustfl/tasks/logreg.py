@@ -23,9 +23,10 @@ import torch
 from scipy.optimize import minimize
 from torch import Tensor
 
+from .. import params
 from ..errors import ConfigError
 from ..types import TaskInfo
-from ._data import check_common, check_float, check_int, classification_problem
+from ._data import check_common, classification_problem
 from .base import Partition, Problem, Task
 
 TOLERANCE = 1e-8
@@ -47,12 +48,14 @@ class LogReg(Task):
 
     def __post_init__(self) -> None:
         c = "task logreg"
-        self.dim = check_int(c, "dim", self.dim, 1)
-        self.classes = check_int(c, "classes", self.classes, 2)
-        self.samples_per_client = check_int(c, "samples_per_client", self.samples_per_client, 1)
-        self.separation = check_float(c, "separation", self.separation, low=0.0)
-        self.l2 = check_float(c, "l2", self.l2, low=0.0)
-        self.test_size = check_int(c, "test_size", self.test_size, 0)
+        self.dim = params.number(c, "dim", self.dim, low=1, integer=True)
+        self.classes = params.number(c, "classes", self.classes, low=2, integer=True)
+        self.samples_per_client = params.number(
+            c, "samples_per_client", self.samples_per_client, low=1, integer=True
+        )
+        self.separation = params.number(c, "separation", self.separation, low=0.0)
+        self.l2 = params.number(c, "l2", self.l2, low=0.0)
+        self.test_size = params.number(c, "test_size", self.test_size, low=0, integer=True)
 
     def logits(self, w: Tensor, x: Tensor) -> Tensor:
         k, d = self.classes, self.dim

@@ -32,13 +32,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError, DataError, ParameterError
+from .. import params
+from ..errors import ConfigError, DataError
 from ..types import TaskInfo
 from ._data import (
-    check_choice,
     check_common,
-    check_float,
-    check_int,
     find_file,
     image_problem,
     read_idx,
@@ -130,12 +128,12 @@ class MNIST(Task):
     def __post_init__(self) -> None:
         c = "task mnist"
         if self.data_dir is not None and not isinstance(self.data_dir, str):
-            raise ParameterError(f"{c}: parameter data_dir must be a path string, got {self.data_dir!r}")
-        self.model = check_choice(c, "model", self.model, ("mlp", "cnn", "fltrust_cnn"))
-        self.hidden = check_int(c, "hidden", self.hidden, 1)
-        self.train_size = check_int(c, "train_size", self.train_size, 1)
-        self.test_size = check_int(c, "test_size", self.test_size, 0)
-        self.l2 = check_float(c, "l2", self.l2, low=0.0)
+            raise params.error(c, "data_dir", "a path string", self.data_dir)
+        self.model = params.choice(c, "model", self.model, ("mlp", "cnn", "fltrust_cnn"))
+        self.hidden = params.number(c, "hidden", self.hidden, low=1, integer=True)
+        self.train_size = params.number(c, "train_size", self.train_size, low=1, integer=True)
+        self.test_size = params.number(c, "test_size", self.test_size, low=0, integer=True)
+        self.l2 = params.number(c, "l2", self.l2, low=0.0)
 
     def splits(self, base_dir: str | None = None) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         """(train, test) as tensors: the real splits, or the fixed split of the t10k files."""

@@ -32,18 +32,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import ParameterError
+from .. import params
 from ..types import TaskInfo
-from ._data import (
-    check_bool,
-    check_choice,
-    check_common,
-    check_float,
-    check_int,
-    masked_mean,
-    require_regression_defaults,
-    weighted_objective,
-)
+from ._data import check_common, masked_mean, require_regression_defaults, weighted_objective
 from .base import Partition, Problem, Task
 
 
@@ -62,14 +53,14 @@ class Quadratic(Task):
 
     def __post_init__(self) -> None:
         c = "task quadratic"
-        self.dim = check_int(c, "dim", self.dim, 1)
-        self.cond = check_float(c, "cond", self.cond, low=1.0)
-        self.spread = check_float(c, "spread", self.spread, low=0.0)
-        self.diagonal = check_bool(c, "diagonal", self.diagonal)
-        self.heterogeneity = check_choice(c, "heterogeneity", self.heterogeneity, ("full", "scalar"))
-        self.dtype = check_choice(c, "dtype", self.dtype, ("float64", "float32"))
+        self.dim = params.number(c, "dim", self.dim, low=1, integer=True)
+        self.cond = params.number(c, "cond", self.cond, low=1.0)
+        self.spread = params.number(c, "spread", self.spread, low=0.0)
+        self.diagonal = params.boolean(c, "diagonal", self.diagonal)
+        self.heterogeneity = params.choice(c, "heterogeneity", self.heterogeneity, ("full", "scalar"))
+        self.dtype = params.choice(c, "dtype", self.dtype, ("float64", "float32"))
         if self.heterogeneity == "scalar" and not self.diagonal:
-            raise ParameterError("task quadratic: parameter heterogeneity = 'scalar' needs diagonal = true")
+            raise params.error(c, "heterogeneity", "'full' unless diagonal = true", self.heterogeneity)
 
     def _draw(self, count: int, centre: Tensor, g: torch.Generator) -> tuple[Tensor, Tensor]:
         d = self.dim

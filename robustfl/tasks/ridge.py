@@ -23,15 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .. import params
 from ..types import TaskInfo
-from ._data import (
-    check_common,
-    check_float,
-    check_int,
-    masked_mean,
-    require_regression_defaults,
-    weighted_objective,
-)
+from ._data import check_common, masked_mean, require_regression_defaults, weighted_objective
 from .base import Partition, Problem, Task
 from .partition import pad_clients, partition_indices
 
@@ -66,11 +60,13 @@ class Ridge(Task):
 
     def __post_init__(self) -> None:
         c = "task ridge"
-        self.dim = check_int(c, "dim", self.dim, 1)
-        self.samples_per_client = check_int(c, "samples_per_client", self.samples_per_client, 1)
-        self.noise = check_float(c, "noise", self.noise, low=0.0)
-        self.l2 = check_float(c, "l2", self.l2, low=0.0)
-        self.cond = check_float(c, "cond", self.cond, low=1.0)
+        self.dim = params.number(c, "dim", self.dim, low=1, integer=True)
+        self.samples_per_client = params.number(
+            c, "samples_per_client", self.samples_per_client, low=1, integer=True
+        )
+        self.noise = params.number(c, "noise", self.noise, low=0.0)
+        self.l2 = params.number(c, "l2", self.l2, low=0.0)
+        self.cond = params.number(c, "cond", self.cond, low=1.0)
 
     def covariance(self, generator: torch.Generator) -> Tensor:
         d = self.dim

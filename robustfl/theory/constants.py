@@ -39,15 +39,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import params
 from ..errors import ParameterError
 
 DELTA = 0.05  # the theorem's failure probability delta used for Delta1
 
 
 def _positive(name: str, value: float) -> float:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise ParameterError(f"bound: parameter {name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return params.number("bound", name, value, low=0, strict_low=True)
 
 
 def _check_mu_l(mu: float, lip: float) -> tuple[float, float]:

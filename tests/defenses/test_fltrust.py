@@ -298,9 +298,8 @@ def test_missing_or_misshaped_reference() -> None:
 
 def test_parameters_and_registry() -> None:
     assert FLTrust().fallback == "none"
-    with pytest.raises(
-        ParameterError, match="fltrust: parameter fallback must be one of none, uniform, got 'mean'"
-    ):
+    message = "defense fltrust: parameter fallback must be one of 'none', 'uniform', got 'mean'"
+    with pytest.raises(ParameterError, match=message):
         FLTrust(fallback="mean")
     rule = defenses.create("fltrust", fallback="uniform")
     assert isinstance(rule, FLTrust) and rule.fallback == "uniform"

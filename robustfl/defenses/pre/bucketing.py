@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ... import params
 from ...kernels import check_updates
 from ...types import DefenseContext
-from .._select import f_hat, generator_for, require_int
+from .._select import f_hat, generator_for
 from . import Pre, Pullback
 
 
@@ -39,7 +40,7 @@ class Bucketing(Pre):
     )
 
     def __post_init__(self) -> None:
-        require_int(self.name, "size", self.size, 1)
+        params.number(f"pre-aggregator {self.name}", "size", self.size, low=1, integer=True)
 
     def transform_counts(self, k: int, f_hat: int) -> tuple[int, int]:
         kb = math.ceil(k / self.size)

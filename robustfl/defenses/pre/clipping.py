@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ... import params
 from ...kernels import check_updates, row_norms
 from ...types import DefenseContext
-from .._select import require_number
 from . import Pre, Pullback, identity
 
 
@@ -56,7 +56,7 @@ class Clipping(Pre):
     preserves = frozenset({"permutation_invariant"})
 
     def __post_init__(self) -> None:
-        require_number(self.name, "tau", self.tau, strict=True)
+        params.number(f"pre-aggregator {self.name}", "tau", self.tau, low=0, strict_low=True)
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> tuple[Tensor, DefenseContext, Pullback]:
         check_updates(updates, self.name)
