@@ -10,7 +10,8 @@ from scipy.stats import norm
 
 from robustfl import attacks
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 def paper_z(k: int, f: int) -> float:

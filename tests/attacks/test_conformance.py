@@ -11,8 +11,11 @@ from torch import Tensor
 
 from robustfl import attacks
 from robustfl.errors import ParameterError
+from robustfl.registry import BUILTIN, Entry
 from robustfl.testing.attacks import check_attack
 from robustfl.types import AttackContext, Knowledge
+
+from ..factories import builtins, create_builtin
 
 OWN, HONEST, REFERENCE, ORACLE = Knowledge.OWN, Knowledge.HONEST, Knowledge.REFERENCE, Knowledge.ORACLE
 
@@ -41,15 +44,24 @@ BAD = {  # one out-of-range value per attack with parameters
 }
 
 
+def conformance_names() -> list[str]:
+    """The attacks the suite checks: every built-in in the registry, read when the suite is collected."""
+    return builtins(attacks.registry)
+
+
+NAMES = conformance_names()
+
+
 def test_every_builtin_is_covered() -> None:
     assert set(KNOWLEDGE) <= set(attacks.names())
     assert set(BAD) | {"none", "fang_trim", "fang_krum", "label_flip"} == set(KNOWLEDGE)
+    assert set(NAMES) == set(KNOWLEDGE), "SPEC.md's knowledge table (KNOWLEDGE) and the registry disagree"
 
 
-@pytest.mark.parametrize("name", sorted(KNOWLEDGE))
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_builtin_conforms(name: str, dtype: torch.dtype) -> None:
-    check_attack(attacks.create(name), dtype=dtype)
+    check_attack(create_builtin(attacks.registry, name), dtype=dtype)
 
 
 @pytest.mark.parametrize(("name", "params"), VARIANTS)
@@ -57,13 +69,20 @@ def test_variant_conforms(name: str, params: dict[str, object]) -> None:
     check_attack(attacks.create(name, **params), f=2, k=9, p=30)
 
 
-@pytest.mark.parametrize("name", sorted(KNOWLEDGE))
+@pytest.mark.parametrize("name", NAMES)
 def test_declared_knowledge(name: str) -> None:
-    assert attacks.create(name).knowledge == KNOWLEDGE[name]
+    assert name in KNOWLEDGE, f"built-in attack {name!r}: add its SPEC.md knowledge to KNOWLEDGE"
+    assert create_builtin(attacks.registry, name).knowledge == KNOWLEDGE[name]
 
 
-@pytest.mark.parametrize("name", sorted(BAD))
+@pytest.mark.parametrize("name", NAMES)
 def test_bad_parameter_message(name: str) -> None:
+    if not attacks.registry.parameters(name):  # nothing to get wrong but the name of a parameter
+        assert name not in BAD
+        with pytest.raises(ParameterError, match=rf"^attack {name!r} has no parameter 'bogus'"):
+            attacks.create(name, bogus=1)
+        return
+    assert name in BAD, f"built-in attack {name!r} takes parameters: add one out-of-range value to BAD"
     p, value = BAD[name]
     with pytest.raises(ParameterError, match=rf"^attack {name}: parameter {p} must be .*, got "):
         attacks.create(name, **{p: value})
@@ -103,3 +122,18 @@ def test_checker_refuses_a_grant_below_the_declared_knowledge() -> None:
     with pytest.raises(AssertionError, match="needs honest"):
         check_attack(attacks.create("mimic"), knowledge=Knowledge.OWN)
     check_attack(attacks.create("alie"), knowledge=Knowledge.OWN | Knowledge.HONEST)
+
+
+# -- the suite follows the registry ---------------------------------------------------------------
+def test_the_suite_is_registry_driven(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in taken out of the registry's table leaves the suite; one added joins it; a plugin
+    (another origin) does not."""
+    assert "alie" in conformance_names()
+    table = dict(attacks.registry._entries)
+    del table["alie"]
+    table["brand_new"] = Entry("brand_new", "robustfl.attacks.none:NoAttack", BUILTIN)
+    table["someones_plugin"] = Entry("someones_plugin", "robustfl.attacks.none:NoAttack", "plugin file x.py")
+    monkeypatch.setattr(attacks.registry, "_entries", table)
+    names = conformance_names()
+    assert "alie" not in names and "brand_new" in names and "someones_plugin" not in names
+    assert set(names) == set(NAMES) - {"alie"} | {"brand_new"}

@@ -12,7 +12,8 @@ from robustfl import attacks
 from robustfl.errors import ConfigError, ParameterError
 from robustfl.types import TaskInfo
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 MNIST = TaskInfo(name="mnist", num_classes=10, input_shape=(1, 28, 28), is_image=True)
 RIDGE = TaskInfo(name="ridge", num_classes=None, input_shape=(20,), is_image=False)

@@ -17,7 +17,8 @@ from robustfl import attacks
 from robustfl.attacks._common import mean_std
 from robustfl.errors import ParameterError
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 # attack -> {parameter: default}; the sources are in docs/attacks.md (one row per parameter)
 DEFAULTS: dict[str, dict[str, Any]] = {

@@ -11,7 +11,8 @@ from robustfl import attacks
 from robustfl.errors import InputError
 from robustfl.types import Knowledge
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 @pytest.mark.parametrize("t", [0, 10, 49, 50, 80])

@@ -10,7 +10,9 @@ import pytest
 from robustfl import attacks
 from robustfl.types import Knowledge
 
-from ._helpers import ctx, np_, rows
+from ..factories import attack_ctx as ctx
+from ..factories import attack_rows as rows
+from ..factories import np_
 
 
 def krum_slow(u: np.ndarray, f: int) -> int:

@@ -9,7 +9,8 @@ import torch
 from robustfl import attacks
 from robustfl.types import Knowledge
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

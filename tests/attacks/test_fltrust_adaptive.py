@@ -12,7 +12,9 @@ from robustfl import attacks
 from robustfl.attacks.fltrust_adaptive import fltrust_aggregate
 from robustfl.types import Knowledge
 
-from ._helpers import ctx, np_, rows
+from ..factories import attack_ctx as ctx
+from ..factories import attack_rows as rows
+from ..factories import np_
 
 
 def fltrust_np(u: np.ndarray, g0: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ import torch
 
 from robustfl import attacks
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 def test_gaussian_zero_mean_statistics() -> None:

@@ -12,7 +12,8 @@ from robustfl import attacks
 from robustfl.errors import ParameterError
 from robustfl.types import Aggregate, Knowledge
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 TAU = 6.0
 

@@ -10,7 +10,8 @@ import torch
 
 from robustfl import attacks
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 @pytest.mark.parametrize("norm_factor", [1.0, 3.0])

@@ -8,7 +8,8 @@ import torch
 
 from robustfl import attacks
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 def cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -10,7 +10,8 @@ from robustfl import attacks
 from robustfl.errors import ParameterError
 from robustfl.types import Knowledge
 
-from ._helpers import ctx, np_
+from ..factories import attack_ctx as ctx
+from ..factories import np_
 
 
 def test_none_sends_own() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from robustfl.cli import main
 
-from .conftest import PLUGINS
+from ..conftest import PLUGINS
 
 SMALL = [
     "--set",

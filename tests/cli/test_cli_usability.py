@@ -18,7 +18,7 @@ from robustfl.cli import main
 from robustfl.cli.main import build_parser
 from robustfl.simulation.store import Store
 
-from .conftest import PLUGINS, ROOT
+from ..conftest import PLUGINS, ROOT
 
 TINY = ["--set", "federation.rounds=3", "--set", "federation.clients=10"]
 GUARD = 'if __name__ == "__main__":'

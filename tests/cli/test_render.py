@@ -20,12 +20,13 @@ from robustfl.cli import render
 from robustfl.reporting.heatmap import heatmap
 from robustfl.simulation.results import Cell
 
+from .. import factories
+
 
 def cell(attack: str, defense: str, seed: int, drift: float | None = None, status: str = "ok",
          **kw: object) -> Cell:
-    return Cell(attack=attack, defense=defense, seed=seed, status=status,
-                final={"relative_drift": drift, "drift": None if drift is None else 3 * drift, "round": 50},
-                error="RuntimeError: boom" if status == "failed" else None, **kw)  # type: ignore[arg-type]
+    metrics = {"drift": None if drift is None else 3 * drift, "round": 50}
+    return factories.cell(attack, defense, seed, drift, status, metrics=metrics, **kw)
 
 
 def matrix_cells(sweep: dict | None = None) -> list[Cell]:

@@ -21,19 +21,9 @@ from robustfl.defenses.pre.nnm import NNM
 from robustfl.errors import ConfigError, ParameterError, UnknownNameError
 from robustfl.types import Aggregate, DefenseContext
 
+from ..factories import defense_ctx as ctx
+from ..factories import shifted_rows as rows
 from . import _refs as ref
-
-
-def rows(k: int, p: int, seed: int, scale: float = 1.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn(k, p, generator=g, dtype=torch.float64)
-        + torch.randn(1, p, generator=g, dtype=torch.float64)
-    ) * scale
-
-
-def ctx(f: int, seed: int = 0, **kw) -> DefenseContext:
-    return DefenseContext(assumed_byzantine=f, generator=torch.Generator().manual_seed(seed), **kw)
 
 
 class Spy:

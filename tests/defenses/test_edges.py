@@ -14,18 +14,9 @@ import robustfl.defenses as D
 from robustfl.errors import InputError, ParameterError
 from robustfl.types import DefenseContext
 
+from ..factories import defense_ctx as ctx
+from ..factories import shifted_rows as rows
 from . import _refs as ref
-
-
-def rows(k: int, p: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(k, p, generator=g, dtype=torch.float64) + torch.randn(
-        1, p, generator=g, dtype=torch.float64
-    )
-
-
-def ctx(f: int, seed: int = 0, **kw) -> DefenseContext:
-    return DefenseContext(assumed_byzantine=f, generator=torch.Generator().manual_seed(seed), **kw)
 
 
 @pytest.mark.parametrize(

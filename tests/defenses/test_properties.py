@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -16,32 +17,43 @@ from hypothesis import strategies as st
 
 import robustfl.defenses as D
 from robustfl.defenses.compose import build_defense
+from robustfl.registry import BUILTIN, Entry
 from robustfl.testing.defenses import check_defense
 from robustfl.testing.strategies import SCALES, update_matrices, with_byzantine
 from robustfl.types import DefenseContext
 
-RULES = [
-    "krum",
-    "multi_krum",
-    "median",
-    "trimmed_mean",
-    "bulyan",
-    "geometric_median",
-    "centered_clipping",
-    "foolsgold",
-    "flame",
-    "dnc",
-]
-COMPOSED: dict[str, dict[str, Any]] = {
+from ..factories import REQUIRED, builtins, create_builtin
+
+COMPOSED: dict[str, dict[str, Any]] = {  # compositions and settings beyond the registry's defaults
     "nnm+krum": {"name": "krum", "pre": ["nnm"]},
     "bucketing+median": {"name": "median", "pre": [{"name": "bucketing", "size": 2}]},
     "arc+trimmed_mean": {"name": "trimmed_mean", "pre": ["arc"]},
     "clipping+geometric_median": {"name": "geometric_median", "pre": [{"name": "clipping", "tau": 1.0}]},
     "nnm+bucketing+multi_krum": {"name": "multi_krum", "pre": ["nnm", {"name": "bucketing", "size": 3}]},
 }
-FACTORIES: dict[str, Callable[[], Any]] = {n: (lambda n=n: D.create(n)) for n in RULES}
-FACTORIES.update({label: (lambda s=spec: build_defense(s)[1]) for label, spec in COMPOSED.items()})
-FACTORIES["centered_clipping(tau=0.5)"] = lambda: D.create("centered_clipping", tau=0.5, iterations=2)
+PRE_THEN = "fedavg"  # the rule each built-in pre-aggregator is checked in front of (it declares the most)
+
+
+def _composed(spec: dict[str, Any]) -> Any:
+    return build_defense(spec)[1]
+
+
+def property_cases() -> dict[str, Callable[[], Any]]:
+    """What the suite checks, by label: every built-in rule of the defense registry, every built-in
+    pre-aggregator of ``pre_registry`` before ``PRE_THEN``, then the hand-picked compositions and
+    settings (COMPOSED, centered clipping with tau). Read from the registries when called."""
+    cases: dict[str, Callable[[], Any]] = {
+        name: partial(create_builtin, D.registry, name) for name in builtins(D.registry)
+    }
+    for pre in builtins(D.pre_registry):
+        stage = {"name": pre, **REQUIRED.get((D.pre_registry.kind, pre), {})}
+        cases[f"{pre}+{PRE_THEN}"] = partial(_composed, {"name": PRE_THEN, "pre": [stage]})
+    cases.update({label: partial(_composed, spec) for label, spec in COMPOSED.items()})
+    cases["centered_clipping(tau=0.5)"] = lambda: D.create("centered_clipping", tau=0.5, iterations=2)
+    return cases
+
+
+FACTORIES = property_cases()
 
 
 @pytest.mark.parametrize("label", sorted(FACTORIES))
@@ -132,3 +144,22 @@ def test_krum_lands_near_an_honest_row(data: st.DataObject) -> None:
     diam = max(float(np.linalg.norm(a - b)) for a in honest for b in honest)
     nearest = min(float(np.linalg.norm(out - h)) for h in honest)
     assert nearest <= math.sqrt(k - f - 2) * diam * (1 + 1e-9) + 1e-12 * float(np.abs(honest).max())
+
+
+def test_the_suite_is_registry_driven(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in rule or pre-aggregator taken out of its registry's table leaves the suite; one
+    added joins it; a plugin (another origin) does not."""
+    before = property_cases()
+    assert {"krum", f"nnm+{PRE_THEN}"} <= set(before)
+    rules = dict(D.registry._entries)
+    del rules["krum"]
+    rules["brand_new"] = Entry("brand_new", "robustfl.defenses.median:Median", BUILTIN)
+    rules["someones_plugin"] = Entry("someones_plugin", "robustfl.defenses.median:Median", "plugin file x.py")
+    pres = dict(D.pre_registry._entries)
+    del pres["nnm"]
+    pres["new_pre"] = Entry("new_pre", "robustfl.defenses.pre.arc:ARC", BUILTIN)
+    monkeypatch.setattr(D.registry, "_entries", rules)
+    monkeypatch.setattr(D.pre_registry, "_entries", pres)
+    after = property_cases()
+    assert set(after) == set(before) - {"krum", f"nnm+{PRE_THEN}"} | {"brand_new", f"new_pre+{PRE_THEN}"}
+    assert "nnm+krum" in after  # the hand-picked compositions stay

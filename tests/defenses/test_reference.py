@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -13,8 +14,9 @@ import torch
 
 import robustfl.defenses as D
 from robustfl.testing.strategies import SCALES
-from robustfl.types import DefenseContext
 
+from ..factories import builtins
+from ..factories import defense_ctx as ctx
 from . import _refs as ref
 
 # (K, P, f): inside and at the edge of the rules' guarantees
@@ -34,10 +36,6 @@ def cases():
     for scale in SCALES:
         for i, (k, p, f) in enumerate(SHAPES):
             yield pytest.param(k, p, f, scale, i, id=f"K{k}-P{p}-f{f}-s{scale:g}")
-
-
-def ctx(f: int, seed: int = 0, **kw) -> DefenseContext:
-    return DefenseContext(assumed_byzantine=f, generator=torch.Generator().manual_seed(seed), **kw)
 
 
 def assert_rel(ours: torch.Tensor, expected: np.ndarray, rtol: float = 1e-6) -> None:
@@ -233,3 +231,35 @@ def test_float32_in_float32_out_close_to_float64() -> None:
         assert b.dtype == torch.float32 and a.dtype == torch.float64
         assert float((a - b.double()).abs().max()) <= 1e-4 * float(a.abs().max()), name
         assert not math.isnan(float(b.sum()))
+
+
+# -- every built-in has its reference ---------------------------------------------------------------
+REFERENCES = {  # built-in -> (module in tests/defenses, the test comparing it with a literal transcription)
+    "fedavg": ("test_fedavg", "test_weighted_mean_matches_numpy"),
+    "fedsim": ("test_fedsim", "test_matches_slow_reference"),
+    "fltrust": ("test_fltrust", "test_matches_slow_reference"),
+    "krum": ("test_reference", "test_krum_family"),
+    "multi_krum": ("test_reference", "test_krum_family"),
+    "bulyan": ("test_reference", "test_krum_family"),
+    "median": ("test_reference", "test_median_and_trimmed_mean"),
+    "trimmed_mean": ("test_reference", "test_median_and_trimmed_mean"),
+    "geometric_median": ("test_reference", "test_geometric_median_objective_matches_scipy"),
+    "centered_clipping": ("test_reference", "test_centered_clipping_two_rounds"),
+    "foolsgold": ("test_reference", "test_foolsgold_three_rounds_with_changing_participants"),
+    "flame": ("test_reference", "test_flame_matches_slow_transcription"),
+    "dnc": ("test_reference", "test_dnc_matches_numpy_transcription"),
+    "clipping": ("test_compose", "test_clipping_matches_literal"),
+    "arc": ("test_compose", "test_arc_matches_literal"),
+    "bucketing": ("test_compose", "test_bucketing_matches_literal_with_the_same_permutation"),
+    "nnm": ("test_compose", "test_nnm_matches_literal"),
+}
+
+
+@pytest.mark.parametrize("name", [*builtins(D.registry), *builtins(D.pre_registry)])
+def test_every_builtin_has_a_reference(name: str) -> None:
+    """Read from the registries: a new built-in rule or pre-aggregator fails here until a test
+    compares it with an independent transcription (and is named in REFERENCES)."""
+    assert name in REFERENCES, f"built-in {name!r} has no reference test: write one and add it to REFERENCES"
+    module, test = REFERENCES[name]
+    found = getattr(importlib.import_module(f".{module}", __package__), test, None)
+    assert callable(found), f"REFERENCES names {module}.{test} for {name!r}, which does not exist"

@@ -11,7 +11,6 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,9 @@ from robustfl.federation import create_sharing
 from robustfl.federation import feddyn as feddyn_module
 from robustfl.federation.psfed import PSFed
 
+from ..conftest import ROOT
+
 F64 = torch.float64
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _psfed(dim: int, clients: int, w0: Tensor | None = None, **params: Any) -> PSFed:

@@ -30,7 +30,7 @@ from robustfl.cli.plugin_new import write_plugin
 from robustfl.errors import ConfigError, PluginError
 from robustfl.registry import Registry
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 SMALL = [
     "--set", "task.name=ridge", "--set", "task.dim=5", "--set", "task.samples_per_client=20",

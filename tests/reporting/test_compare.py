@@ -9,7 +9,8 @@ import pytest
 from robustfl.cli import main
 from robustfl.reporting.compare import compare, counts
 from robustfl.simulation.results import Cell
-from robustfl.simulation.store import Store
+
+from .. import factories
 
 
 def cell(
@@ -22,16 +23,9 @@ def cell(
     sweep: dict[str, object] | None = None,
     rounds: int = 3,
 ) -> Cell:
-    final = {"round": rounds, "relative_drift": drift, "accuracy": acc}
-    return Cell(
-        attack,
-        defense,
-        seed,
-        status=status,
-        error="RuntimeError: boom" if status == "failed" else None,
-        final=final if status != "failed" else {},
-        rounds=[dict(final, round=r) for r in range(1, rounds + 1)] if status != "failed" else [],
-        sweep=dict(sweep or {}),
+    metrics = {"round": rounds, "accuracy": acc}
+    return factories.cell(
+        attack, defense, seed, drift, status, metrics=metrics, history=rounds, sweep=dict(sweep or {})
     )
 
 
@@ -116,10 +110,7 @@ def test_duplicate_identity_last_written_counts() -> None:
 
 
 def _store(path: Path, cells: list[Cell]) -> str:
-    with Store(path) as st:
-        for i, c in enumerate(cells):
-            st.put_cell(f"{path.stem}-{i}", c, {})
-    return str(path)
+    return str(factories.write_store(path, cells, key=f"{path.stem}-{{}}".format))
 
 
 def test_cli_compare(

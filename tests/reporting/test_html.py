@@ -22,7 +22,9 @@ from scipy import stats
 from robustfl.cli import main
 from robustfl.reporting import curves
 from robustfl.simulation.results import Cell
-from robustfl.simulation.store import Store
+
+from ..conftest import ROOT
+from ..factories import write_store
 
 ROUNDS = 6
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -104,14 +106,11 @@ PROVENANCE = {
 
 
 def _store(path: Path, cells: list[Cell] | None = None) -> Path:
-    with Store(path) as st:
-        st.add_run({"task": {"name": "ridge"}}, PROVENANCE)
-        for i, c in enumerate(cells if cells is not None else _cells()):
-            c = Cell.from_json(c.to_json())
-            if c.status == "failed":
-                c.error = "RuntimeError: injected <fault>"
-            st.put_cell(f"k{i}", c, {})
-    return path
+    copies = [Cell.from_json(c.to_json()) for c in (cells if cells is not None else _cells())]
+    for c in copies:
+        if c.status == "failed":
+            c.error = "RuntimeError: injected <fault>"
+    return write_store(path, copies, run=({"task": {"name": "ridge"}}, PROVENANCE))
 
 
 class _Tags(HTMLParser):
@@ -210,7 +209,7 @@ def test_matplotlib_not_imported_by_reporting_and_sweep_modules() -> None:
         " robustfl.sweep.driver; "
         "print('matplotlib' in sys.modules)"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

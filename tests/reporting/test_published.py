@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scipy import stats
 
 from robustfl import reporting as report
 from robustfl.cli import main
@@ -20,9 +19,12 @@ from robustfl.errors import ConfigError, UnknownNameError
 from robustfl.reporting import published as P
 from robustfl.reporting.page import page
 from robustfl.simulation.results import Cell
-from robustfl.simulation.store import Store
 
-REPO = Path(__file__).resolve().parent.parent
+from ..conftest import ROOT
+from ..factories import t_halfwidth as halfwidth
+from ..factories import write_store, write_text
+
+REPO = ROOT
 SHIPPED = REPO / "scenarios" / "published"
 
 
@@ -91,11 +93,6 @@ def tiny_cells() -> list[Cell]:
     return cells
 
 
-def halfwidth(values: list[float]) -> float:
-    n = len(values)
-    return float(stats.t(df=n - 1).ppf(0.975)) * statistics.stdev(values) / math.sqrt(n)
-
-
 def by_key(comp: P.Comparison) -> dict[tuple[str, str], P.CellComparison]:
     (section,) = comp.sections
     return {(c.attack, c.rule): c for c in section.cells}
@@ -153,12 +150,6 @@ def test_fang2020_full_knowledge_column_maps_per_rule() -> None:
 # -- validation ----------------------------------------------------------------------------------
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    p = tmp_path / "bad.toml"
-    p.write_text(text)
-    return p
-
-
 def _doc_text(doc: dict[str, Any]) -> str:
     def value(v: Any) -> str:
         return json.dumps(v)
@@ -174,7 +165,7 @@ def _doc_text(doc: dict[str, Any]) -> str:
 
 
 def test_a_round_trip_through_toml(tmp_path: Path) -> None:
-    t = P.load_table(_write(tmp_path, _doc_text(tiny_doc())))
+    t = P.load_table(write_text(tmp_path, _doc_text(tiny_doc()), "bad.toml"))
     assert t.name == "bad" and t.rules == ("FedAvg", "Median", "Krum")
     assert t.attack_labels["Other"] == () and t.asr[("Median", "Scaling")] == 0.02
     assert t.title == "Lovelace and Turing, V 2024, Table 9"
@@ -200,7 +191,7 @@ def test_a_round_trip_through_toml(tmp_path: Path) -> None:
 def test_a_bad_file_is_one_line_naming_the_value(tmp_path: Path, edit: Any, needle: str) -> None:
     doc = tiny_doc()
     edit(doc)
-    path = _write(tmp_path, _doc_text(doc))
+    path = write_text(tmp_path, _doc_text(doc), "bad.toml")
     with pytest.raises(ConfigError) as info:
         P.load_table(path)
     msg = str(info.value)
@@ -209,9 +200,9 @@ def test_a_bad_file_is_one_line_naming_the_value(tmp_path: Path, edit: Any, need
 
 def test_bad_toml_and_unknown_section(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid TOML"):
-        P.load_table(_write(tmp_path, "[paper\n"))
+        P.load_table(write_text(tmp_path, "[paper\n", "bad.toml"))
     with pytest.raises(ConfigError, match=r"unknown section \[extra\]"):
-        P.load_table(_write(tmp_path, _doc_text(tiny_doc()) + "[extra]\nx = 1\n"))
+        P.load_table(write_text(tmp_path, _doc_text(tiny_doc()) + "[extra]\nx = 1\n", "bad.toml"))
 
 
 # -- the comparison ------------------------------------------------------------------------------
@@ -329,13 +320,12 @@ def test_match_tables() -> None:
 
 
 def _store(path: Path, scenario_file: str) -> Path:
-    with Store(path) as st:
-        st.add_run({"task": {"name": "mnist"}}, {"robustfl": "0.1.0", "scenario_path": scenario_file})
-        for i, c in enumerate(tiny_cells()):
-            c.rounds = [{"round": 1, "relative_drift": 0.5, "accuracy": c.final["accuracy"]}]
-            c.final["relative_drift"] = 0.5
-            st.put_cell(f"k{i}", c, {"i": i})
-    return path
+    cells = tiny_cells()
+    for c in cells:
+        c.rounds = [{"round": 1, "relative_drift": 0.5, "accuracy": c.final["accuracy"]}]
+        c.final["relative_drift"] = 0.5
+    run = ({"task": {"name": "mnist"}}, {"robustfl": "0.1.0", "scenario_path": scenario_file})
+    return write_store(path, cells, run=run, config=lambda i: {"i": i})
 
 
 @pytest.fixture()

@@ -16,12 +16,13 @@ from robustfl.errors import ConfigError
 from robustfl.reporting.page import page as html_page
 from robustfl.simulation.results import Cell
 
+from .. import factories
+
 
 def cell(attack: str, defense: str, seed: int, drift: float | None = None, status: str = "ok",
          **kw: object) -> Cell:
-    final = {"relative_drift": drift, "accuracy": None, "round": 10}
-    return Cell(attack=attack, defense=defense, seed=seed, status=status, final=final,
-                error="ValueError: x" if status == "failed" else None, **kw)  # type: ignore[arg-type]
+    metrics = {"accuracy": None, "round": 10}
+    return factories.cell(attack, defense, seed, drift, status, metrics=metrics, error="ValueError: x", **kw)
 
 
 DRIFTS = [0.12, 0.31, 0.07, 0.25]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import shutil
 import sqlite3
 import statistics
@@ -19,14 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from matplotlib.figure import Figure
-from scipy import stats
 
 from robustfl.cli import main
 from robustfl.reporting import curves
 from robustfl.simulation.results import Cell
+
+from ..factories import t_halfwidth as halfwidth
 
 BASE = ["--set", "federation.rounds=5", "--set", "federation.clients=10"]
 GRID = ["--attacks", "none,alie", "--defenses", "fedavg,median", "--seeds", "0,1", "--workers", "1"]
@@ -56,11 +55,6 @@ def by_hand(db: Path, byz: float, attack: str, defense: str) -> list[float]:
         for c, k in stored(db)
         if k["scenario"]["threat"]["byzantine"] == byz and c["attack"] == attack and c["defense"] == defense
     ]
-
-
-def halfwidth(values: list[float]) -> float:
-    n = len(values)
-    return float(stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
 
 
 def report(db: Path, fmt: str, tmp: Path) -> str:

@@ -24,6 +24,8 @@ from robustfl.simulation import components as C
 from robustfl.simulation.runner import Simulation, cell_key, reference_key
 from robustfl.simulation.store import Store
 
+from ..factories import write_text
+
 # logistic regression at the bare defaults (local_lr = 0.1) and 60 rounds: the clean run is still
 # at relative drift ~0.4 from w*; a whole matrix then reads 0.25-0.4 and `scaling` "helps" FedAvg
 BARE = """
@@ -68,12 +70,6 @@ seeds = [0]
 """
 
 
-def _write(tmp_path: Path, text: str, name: str = "s.toml") -> str:
-    p = tmp_path / name
-    p.write_text(text, encoding="utf-8")
-    return str(p)
-
-
 def _norm(x: Any) -> float:
     return float(np.linalg.norm(np.asarray(x, dtype=np.float64)))
 
@@ -100,7 +96,7 @@ def _run_matrix(tmp_path: Path, scenario: str, capsys: pytest.CaptureFixture[str
 def test_bare_logreg_matrix_says_not_converged_with_the_figure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, BARE)
+    path = str(write_text(tmp_path, BARE))
     code, out, doc = _run_matrix(tmp_path, path, capsys)
     assert code == 0
     # by hand: a clean run of floor(0.9 * 60) = 54 rounds, its distance to w*
@@ -131,7 +127,7 @@ def test_bare_logreg_matrix_says_not_converged_with_the_figure(
 def test_report_says_not_converged_in_every_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, BARE)
+    path = str(write_text(tmp_path, BARE))
     _, _, doc = _run_matrix(tmp_path, path, capsys)
     value = doc["convergence"][0]["value"]
     db = str(tmp_path / "m.db")
@@ -155,7 +151,7 @@ def test_report_says_not_converged_in_every_format(
 
 
 def test_run_says_not_converged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _write(tmp_path, BARE)
+    path = str(write_text(tmp_path, BARE))
     js = tmp_path / "r.json"
     assert main(["run", path, "--attack", "scaling", "--defense", "fedavg", "--json", str(js)]) == 0
     flat = " ".join(capsys.readouterr().out.split())
@@ -167,7 +163,7 @@ def test_run_says_not_converged(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_converged_scenario_says_nothing_of_the_kind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, SETTLED)
+    path = str(write_text(tmp_path, SETTLED))
     code, out, doc = _run_matrix(tmp_path, path, capsys)
     assert code == 0
     (v,) = doc["convergence"]
@@ -189,7 +185,7 @@ def test_clean_run_task_criterion_from_the_stored_reference(
 ) -> None:
     """No exact optimum: w* is the clean run's final model, which the store keeps; the value is
     how far the clean run still moved over its last 10 % of rounds, relative to its whole way."""
-    path = _write(tmp_path, DIGITS)
+    path = str(write_text(tmp_path, DIGITS))
     code, _, doc = _run_matrix(tmp_path, path, capsys)
     assert code == 0
     (v,) = doc["convergence"]
@@ -224,7 +220,7 @@ sweep = { "threat.byzantine" = [0.1, 0.3], "federation.local_lr" = [0.1, 0.5] }
 def test_a_sweep_has_one_verdict_per_point_said_under_its_own_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, SWEEP)
+    path = str(write_text(tmp_path, SWEEP))
     code, _, doc = _run_matrix(tmp_path, path, capsys)
     assert code == 0
     verdicts = {
@@ -258,7 +254,7 @@ def test_checkpoint_is_nine_tenths_whatever_metrics_every(
     from robustfl.simulation.convergence import checkpoint_round, store_key
 
     assert [checkpoint_round(60), checkpoint_round(100), checkpoint_round(1)] == [54, 90, 0]
-    path = _write(tmp_path, BARE + "[metrics]\nevery = 7\n")
+    path = str(write_text(tmp_path, BARE + "[metrics]\nevery = 7\n"))
     code, _, doc = _run_matrix(tmp_path, path, capsys)
     assert code == 0
     w0, w54, opt = _clean_model_at(path, 54)

@@ -12,7 +12,7 @@ import robustfl
 from robustfl.cli import main
 from robustfl.simulation.runner import build_problem
 
-from .conftest import PLUGINS
+from ..conftest import PLUGINS
 
 
 def _strip(cell: dict) -> dict:

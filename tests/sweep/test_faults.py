@@ -34,7 +34,7 @@ import pytest
 
 from robustfl.cli import main
 
-from .conftest import PLUGINS, ROOT
+from ..conftest import PLUGINS, ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from robustfl.scenario import load_scenario
 from robustfl.simulation.store import Store
 from robustfl.sweep.plan import plan
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="needs the ray extra: pip install 'robustfl[ray]'")

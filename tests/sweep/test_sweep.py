@@ -18,6 +18,8 @@ from robustfl.cli import main, render
 from robustfl.simulation.results import Cell
 from robustfl.simulation.store import Store
 
+from .. import factories
+
 BYZ = [0.1, 0.3]
 ASSUMED = [0.1, 0.4]  # f-hat = 4 of 10 clients: below Krum's min_clients (2 f-hat + 3 = 11)
 ATTACKS = ["sign_flip", "alie"]
@@ -154,8 +156,7 @@ def test_sweep_through_the_cli(
 
 
 def c(attack: str, defense: str, seed: int, drift: float | None, status: str = "ok", **kw: Any) -> Cell:
-    final = {"relative_drift": drift, "accuracy": drift}
-    return Cell(attack, defense, seed, status=status, final=final, **kw)
+    return factories.cell(attack, defense, seed, drift, status, metrics={"accuracy": drift}, error=None, **kw)
 
 
 def test_worst_case_diverged_failed_and_direction() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +29,15 @@ from robustfl.cli.main import main as cli_main
 from robustfl.errors import ConfigError, DataError, ParameterError
 from robustfl.scenario import load_scenario
 from robustfl.sweep.plan import sweep_points
-from robustfl.tasks.base import Partition, Problem
+from robustfl.tasks.base import Partition
 from robustfl.tasks.cifar10 import CIFAR10, load_cifar10, read_batch, unpickle
+
+from ..factories import build_problem, gen
+from ..factories import image_keys as keys
 
 TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
 NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
 TRIPPED: list[str] = []
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # -- writing batches ---------------------------------------------------------------------------------
@@ -128,14 +123,7 @@ def write_cifar(
     return out
 
 
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def build(task: CIFAR10, seed: int = 0, clients: int = 4, root_size: int = 10, root_bias: float = 0.0,
-          partition: Partition | None = None, base_dir: Path | None = None) -> Problem:
-    return task.build(clients=clients, partition=partition or Partition(), root_size=root_size,
-                      root_bias=root_bias, generator=gen(seed), base_dir=str(base_dir) if base_dir else None)
+build = partial(build_problem, clients=4, root_size=10)
 
 
 def reference_images(data: np.ndarray) -> np.ndarray:
@@ -143,11 +131,6 @@ def reference_images(data: np.ndarray) -> np.ndarray:
     c*1024 + r*32 + j of the row, divided by 255."""
     planes = [data[:, c * 1024:(c + 1) * 1024].reshape(-1, 32, 32) for c in range(3)]
     return np.stack(planes, axis=1).astype(np.float64) / 255.0
-
-
-def keys(x: Tensor) -> list[bytes]:
-    raw = (x.reshape(x.shape[0], -1).double() * 255).round().to(torch.uint8).numpy()
-    return [row.tobytes() for row in raw]
 
 
 # -- loading ------------------------------------------------------------------------------------------
@@ -210,7 +193,7 @@ def _trip(tag: str) -> str:
 
 class CallsTripwire:
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_trip, ("tests.test_cifar10._trip ran",))
+        return (_trip, ("tests.tasks.test_cifar10._trip ran",))
 
 
 class CallsSystem:
@@ -244,7 +227,7 @@ def test_foreign_globals_are_refused_and_nothing_runs(tmp_path: Path, payload: s
     if payload in ("tripwire", "object-array"):  # the pickle is live: an ordinary load runs it
         TRIPPED.clear()
         pickle.loads(blob)
-        assert TRIPPED == ["tests.test_cifar10._trip ran"]
+        assert TRIPPED == ["tests.tasks.test_cifar10._trip ran"]
     TRIPPED.clear()
     path = tmp_path / "data_batch_1"
     path.write_bytes(blob)

@@ -8,8 +8,7 @@ otherwise.
 from __future__ import annotations
 
 import gzip
-import os
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,10 @@ from robustfl.errors import ConfigError, DataError
 from robustfl.tasks._data import read_idx, resolve_data_dir
 from robustfl.tasks.base import Partition, Problem
 from robustfl.tasks.mnist import MNIST, load_mnist
+
+from ..conftest import mnist_dir
+from ..factories import build_problem, gen
+from ..factories import image_keys as keys
 
 F64 = torch.float64
 STEMS = {
@@ -66,28 +69,7 @@ def write_mnist(directory: Path, gz: bool, train: bool = False) -> dict[str, tup
     return splits
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def build(task: MNIST, base_dir: Path | None = None, seed: int = 0, clients: int = 5, root_size: int = 20,
-          root_bias: float = 0.0, partition: Partition | None = None) -> Problem:
-    return task.build(clients=clients, partition=partition or Partition(), root_size=root_size,
-                      root_bias=root_bias, generator=gen(seed), base_dir=str(base_dir) if base_dir else None)
-
-
-def keys(x: Tensor) -> list[bytes]:
-    """Each image back to its raw bytes (x = raw / 255)."""
-    raw = (x.reshape(x.shape[0], -1).double() * 255).round().to(torch.uint8).numpy()
-    return [row.tobytes() for row in raw]
+build = partial(build_problem, clients=5, root_size=20)
 
 
 def unpadded(p: Problem) -> tuple[Tensor, Tensor]:
@@ -300,15 +282,9 @@ def test_vmap_grad_matches_per_client_autograd(tmp_path: Path, model: str, dim: 
 
 # -- the real files ----------------------------------------------------------------------------------
 
-def real_mnist_dir() -> Path:
-    env = os.environ.get("ROBUSTFL_DATA_DIR")
-    if env:
-        return Path(env) / "mnist"
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
-
 
 def test_real_t10k_files() -> None:
-    where = real_mnist_dir()
+    where = mnist_dir()
     if not (where / "t10k-images-idx3-ubyte.gz").exists() and not (where / "t10k-images-idx3-ubyte").exists():
         pytest.skip(f"real MNIST files not found in {where} (set ROBUSTFL_DATA_DIR)")
     images, labels = load_mnist(where)["test"]

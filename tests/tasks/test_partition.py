@@ -10,9 +10,7 @@ from robustfl.errors import ConfigError
 from robustfl.tasks.base import Partition
 from robustfl.tasks.partition import pad_clients, partition_indices
 
-
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+from ..factories import gen
 
 
 def balanced_labels(classes: int, per_class: int, seed: int = 0) -> torch.Tensor:

@@ -7,6 +7,7 @@ Every check compares against an independent transcription of the task's formula 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,17 +24,12 @@ from robustfl.tasks.logreg import LogReg
 from robustfl.tasks.quadratic import Quadratic
 from robustfl.tasks.ridge import Ridge
 
+from ..factories import build_problem, gen
+
 F64 = torch.float64
 
 
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def build(task: Task, clients: int = 8, partition: Partition | None = None, root_size: int = 30,
-          root_bias: float = 0.0, seed: int = 0) -> Problem:
-    return task.build(clients=clients, partition=partition or Partition(), root_size=root_size,
-                      root_bias=root_bias, generator=gen(seed))
+build = partial(build_problem, clients=8, root_size=30)
 
 
 # -- independent per-sample losses (float64), from the formulas in SPEC.md section 4 -------------
@@ -107,15 +103,6 @@ NEURAL: list[tuple[str, Callable[[], Task], Partition]] = [
     ("digits-logreg", lambda: Digits(model="logreg", l2=0.01), Partition("shards")),
 ]
 ALL = CONVEX + NEURAL
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    """Tiny tensors: one torch thread is faster and immune to a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
