@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,22 @@ def device() -> str:
 def _no_plugin_autoload(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests see the built-ins only, unless a test installs plugins itself."""
     monkeypatch.setenv("ROBUSTFL_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
+@pytest.fixture(autouse=True)
+def _registries_restored() -> Iterator[None]:
+    """Whatever a test registers (by hand or through an in-process ``--plugin``) is gone after it,
+    with the record of loaded plugin files, so a later test sees the built-ins again and a later
+    ``--plugin`` of the same file registers it afresh."""
+    from robustfl import plugins
+    from robustfl.sweep import jobs
+
+    saved = [(reg, dict(reg._entries), reg._discovered) for _, reg in plugins.plugin_tables()]
+    loaded, in_jobs = dict(plugins._LOADED), set(jobs._LOADED_PLUGINS)
+    yield
+    for reg, entries, discovered in saved:
+        reg._entries, reg._discovered = entries, discovered
+    plugins._LOADED.clear()
+    plugins._LOADED.update(loaded)
+    jobs._LOADED_PLUGINS.clear()
+    jobs._LOADED_PLUGINS.update(in_jobs)

@@ -27,7 +27,7 @@ clients' rows therefore do not average to zero -- they carry a bias of order
 local_lr x (client heterogeneity) x (Hessian variation across clients) -- and w stalls at a
 distance from w* that grows with the local learning rate (and the number of local steps) and
 vanishes as it goes to 0. FedAvg on the same problem has no such floor with one local step.
-``tests/test_psfed.py`` measures it (ridge, p = 0.5: the floor at local_lr 0.1 is larger than at
+``tests/federation/test_psfed.py`` measures it (ridge, p = 0.5: the floor at local_lr 0.1 is larger than at
 0.03, which stays under 1e-3 relative drift).
 
 Communication (bytes, 4 per float32 value, whatever the simulation dtype), per round with S the
