@@ -34,15 +34,6 @@ from . import create, pre_registry
 _MAX_CLIENTS = 1 << 40
 
 
-def rule_name(rule: Any) -> str:
-    return as_defense(rule).name
-
-
-def admits(rule: Any, k: int, f_hat: int) -> bool:
-    """Whether K rows with f-hat Byzantine are inside ``rule``'s guarantee (True if it has none)."""
-    return as_defense(rule).admits(k, f_hat)
-
-
 @dataclass
 class Composed(DefenseBase):
     """Pre-aggregators ``pre`` (applied in order), then ``rule``; a Defense labelled ``label``."""

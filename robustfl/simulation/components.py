@@ -195,11 +195,6 @@ def check_knowledge(attack: AttackBase, label: str, granted_level: str) -> None:
         )
 
 
-def admits(defense: DefenseBase, k: int, f_hat: int) -> bool:
-    """Whether K rows with f-hat assumed Byzantine are inside the defense's guarantee."""
-    return defense.admits(k, f_hat)
-
-
 def check_guarantee(defense: DefenseBase, label: str, k: int, f_hat: int, allow_outside: bool) -> bool:
     """True when the cell runs outside the rule's guarantee (allowed); raises when refused."""
     if defense.admits(k, f_hat):

@@ -35,8 +35,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..simulation.results import Cell
-from .executor import Progress, RefOf, RefTask, Skip
-from .jobs import fault_cell, reference_or_reason, run_job
+from .executor import Progress, RefOf, Skip
+from .jobs import fault_cell, run_job
+from .local import InProcess
 from .plan import Job
 
 RAY_MISSING = "--executor ray needs the ray extra: pip install 'robustfl[ray]'"
@@ -183,9 +184,10 @@ def ray_execute(
             ray.shutdown()
 
 
-class RayTasks:
+class RayTasks(InProcess):
     """The Ray executor (:class:`~robustfl.sweep.executor.Executor`): the references are computed
-    by the driver, in this process; each cell is one Ray task (:func:`ray_execute`)."""
+    by the driver, in this process (inherited from :class:`~robustfl.sweep.local.InProcess`); each
+    cell is one Ray task (:func:`ray_execute`)."""
 
     def __init__(
         self,
@@ -198,10 +200,6 @@ class RayTasks:
     ) -> None:
         self.workers, self.address, self.timeout = workers, address, timeout
         self.plugins, self.allow_outside, self.device = list(plugins), allow_outside, device
-
-    def references(self, missing: Sequence[RefTask]) -> Iterator[tuple[RefTask, np.ndarray | str]]:
-        for task in missing:
-            yield task, reference_or_reason(task[1], task[2], self.plugins, self.device)
 
     def cells(
         self, todo: Sequence[Job], ref_of: RefOf, skip: Skip | None, progress: Progress | None
