@@ -15,6 +15,10 @@ Attacks (:class:`AttackBase`):
 ``backdoor``          True: ``trigger(x)`` stamps inputs and ``target_label`` is the class they are
                       pushed to (the engine measures the attack success rate)
 ``sybil``             True: ``sybil_rows(f)`` marks which of the f rows are copies of one identity
+``per_client``        True: each Byzantine row is a function of its own client's honest row alone
+                      (and the round's public facts), so the attack can run inside one client
+                      (``robustfl.flower.byzantine_mod``); False by default (the rows need each
+                      other -- ALIE's statistics, a Sybil's shared row -- or more knowledge)
 ``last_stats``        the last call's diagnostics (a mapping of floats; empty by default)
 ``setup(info)``       called once with the task's :class:`~robustfl.types.TaskInfo` (no-op)
 ====================  =========================================================================
@@ -78,6 +82,14 @@ class AttackBase:
     @property
     def target_label(self) -> int:
         return 0
+
+    @property
+    def per_client(self) -> bool:
+        """True when row i of the output depends on ``own[i]`` alone (plus ``round``,
+        ``global_model``, ``num_clients`` and the generator), never on the other Byzantine rows nor
+        on knowledge beyond OWN: the attack then runs on one client (a Flower ClientApp mod). False
+        by default, the safe answer: such an attack runs where all the Byzantine rows meet."""
+        return False
 
     @property
     def honest(self) -> bool:

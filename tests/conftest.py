@@ -15,6 +15,10 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("ROBUSTFL_HYPOTHESIS_PROFILE", "default"))
 
+# Flower (tests/flower): no telemetry, no update check -- set before anything imports flwr.
+os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
+os.environ["FLWR_DISABLE_UPDATE_CHECK"] = "1"
+
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 

@@ -326,6 +326,19 @@ def test_nothing_outside_cli_imports_cli_or_rich() -> None:
     assert not bad, "imports of robustfl.cli / rich from outside robustfl/cli:\n" + "\n".join(map(str, bad))
 
 
+def test_flower_is_imported_by_robustfl_flower_alone() -> None:
+    """Flower is an optional extra: only ``robustfl/flower`` imports ``flwr``, and nothing outside it
+    imports ``robustfl.flower`` -- so ``import robustfl`` (and every command) never needs Flower."""
+    bad = [
+        e for e in EDGES
+        if not _within(e.importer, "robustfl.flower")
+        and (_within(e.target, "flwr") or _within(e.target, "robustfl.flower"))
+    ]
+    assert any(_within(e.target, "flwr") for e in EDGES), "the walk sees no import of flwr at all"
+    listed = "\n".join(map(str, bad))
+    assert not bad, "imports of flwr / robustfl.flower from outside robustfl/flower:\n" + listed
+
+
 def test_no_private_module_of_another_package_is_imported() -> None:
     bad = private_imports(EDGES)
     assert not bad, "imports of another package's private module (or of a shim):\n" + "\n".join(map(str, bad))

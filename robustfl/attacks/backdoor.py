@@ -51,6 +51,10 @@ class Backdoor(AttackBase):
     backdoor = True  # trigger() and target_label: the engine measures the attack success rate
     input_shape: tuple[int, ...] | None = field(default=None, init=False, repr=False)
 
+    @property
+    def per_client(self) -> bool:
+        return True  # data poisoning: the row is the client's own, trained on stamped inputs
+
     def __post_init__(self) -> None:
         c = "attack backdoor"
         self.target_label = params.number(c, "target_label", self.target_label, low=0, integer=True)

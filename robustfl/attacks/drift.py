@@ -28,6 +28,10 @@ class Drift(Composite):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
+    @property
+    def per_client(self) -> bool:
+        return self._base is not None and self._base.per_client
+
     def __post_init__(self) -> None:
         self.ramp = params.number("attack drift", "ramp", self.ramp, low=1, integer=True)
         self._base = build_base("drift", self.base)

@@ -29,6 +29,10 @@ class Gaussian(AttackBase):
     mean: str = "zero"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
+    @property
+    def per_client(self) -> bool:
+        return self.mean != "honest"  # noise alone; "honest" centres it on the known rows' mean
+
     def __post_init__(self) -> None:
         self.std = params.number("attack gaussian", "std", self.std, low=0)
         self.mean = params.choice("attack gaussian", "mean", self.mean, ("zero", "honest"))

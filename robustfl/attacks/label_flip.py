@@ -44,5 +44,9 @@ class LabelFlip(AttackBase):
             raise ConfigError("attack label_flip: setup(task info) must be called before poison()")
         return x.clone(), (self.num_classes - 1) - y.to(torch.int64)
 
+    @property
+    def per_client(self) -> bool:
+        return True  # data poisoning: the row is the client's own, trained on flipped labels
+
     def __call__(self, ctx: AttackContext) -> Tensor:
         return ctx.own.clone()

@@ -21,5 +21,9 @@ class NoAttack(AttackBase):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     honest = True  # the designated clients are not counted as Byzantine
 
+    @property
+    def per_client(self) -> bool:
+        return True  # each designated client sends its own honest row
+
     def __call__(self, ctx: AttackContext) -> Tensor:
         return ctx.own.clone()

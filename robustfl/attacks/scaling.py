@@ -34,6 +34,10 @@ class Scaling(Composite):
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
+    @property
+    def per_client(self) -> bool:
+        return self._base is None or self._base.per_client
+
     def __post_init__(self) -> None:
         if self.factor is not None:
             self.factor = params.number("attack scaling", "factor", self.factor, low=0)

@@ -28,6 +28,10 @@ class SignFlip(AttackBase):
     source: str = "own"
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
 
+    @property
+    def per_client(self) -> bool:
+        return self.source == "own"  # "mean" averages the rows the attackers know
+
     def __post_init__(self) -> None:
         self.scale = params.number("attack sign_flip", "scale", self.scale, low=0)
         self.source = params.choice("attack sign_flip", "source", self.source, ("own", "mean"))

@@ -36,6 +36,7 @@ class PluginAttack(AttackBase):
         self._poisons = bool(getattr(obj, "poisons_data", False))
         self._backdoor = hasattr(obj, "trigger")
         self._sybil = hasattr(obj, "sybil_rows")
+        self._per_client = bool(getattr(obj, "per_client", False))
 
     @property
     def poisons_data(self) -> bool:
@@ -52,6 +53,10 @@ class PluginAttack(AttackBase):
     @property
     def target_label(self) -> int:
         return int(self.obj.target_label)
+
+    @property
+    def per_client(self) -> bool:
+        return self._per_client
 
     @property
     def last_stats(self) -> Mapping[str, float]:  # type: ignore[override]

@@ -12,7 +12,6 @@ divergence, and the metrics every ``metrics.every`` rounds and at the last.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -24,11 +23,11 @@ from ..capabilities import AttackBase, DefenseBase
 from ..federation import Algorithm, Sharing
 from ..kernels import row_norms
 from ..tasks.base import Problem
-from ..types import Aggregate, DefenseContext, Knowledge
+from ..types import DefenseContext, Knowledge
 from .engine import gather_clients, local_train
 from .metrics import round_metrics
 from .results import Cell, clean_metrics
-from .round import Round, attack_stage, oracle_for
+from .round import Round, attack_stage, dry_run, oracle_for
 
 DIVERGENCE_FACTOR = 1e6
 
@@ -185,16 +184,7 @@ class FederatedStages:
         assert r.byz is not None and r.ctx is not None
         if int(r.byz.sum()) == 0:
             return  # data-poisoning attacks' rows are their trained rows (a composite may boost them)
-        oracle = None
-        if Knowledge.ORACLE in self.granted:
-            defense, ctx, gen_state = self.defense, r.ctx, r.ctx.generator.get_state()
-
-            def dry_run(trial: Tensor) -> Aggregate:  # a copy of the defense, a copy of its stream
-                g = torch.Generator()
-                g.set_state(gen_state)
-                return copy.deepcopy(defense)(trial, DefenseContext(**{**ctx.__dict__, "generator": g}))
-
-            oracle = oracle_for(r, dry_run)
+        oracle = oracle_for(r, dry_run(self.defense, r.ctx)) if Knowledge.ORACLE in self.granted else None
         attack_stage(
             self.attacker, self.attack_label, r, granted=self.granted, generator=self.g["attack"],
             global_model=self.sharing.restrict(r.w), reference=r.reference, oracle=oracle,

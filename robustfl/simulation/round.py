@@ -18,6 +18,8 @@ stage fills in its fields, and the server step sets ``w_next``, which the next r
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -86,6 +88,22 @@ def run_rounds(stages: RoundStages, w: Tensor, rounds: int) -> tuple[Tensor, int
         if stages.measure(r):
             break
     return w, done
+
+
+def dry_run(
+    defense: Callable[[Tensor, DefenseContext], Aggregate], ctx: DefenseContext
+) -> Callable[[Tensor], Aggregate]:
+    """The defense as the attack's oracle may call it: on a copy of the defense, with a copy of
+    ``ctx``'s random stream as it stands now, so that a trial never changes the real round."""
+    gen_state = ctx.generator.get_state() if ctx.generator is not None else None
+
+    def run(trial: Tensor) -> Aggregate:
+        g = torch.Generator()
+        if gen_state is not None:
+            g.set_state(gen_state)
+        return copy.deepcopy(defense)(trial, dataclasses.replace(ctx, generator=g))
+
+    return run
 
 
 def oracle_for(r: Round, aggregate: Callable[[Tensor], Aggregate]) -> Callable[[Tensor], Aggregate]:

@@ -85,6 +85,11 @@ def cell_key(scenario: Scenario, attack: C.Spec, defense: C.Spec, seed: int) -> 
     return config_hash(cell_config(scenario, attack, defense, seed))
 
 
+def byzantine_clients(clients: int, f: int, seed: int) -> Tensor:
+    """The ids of a cell's f Byzantine clients among ``clients`` (stream ``byzantine``)."""
+    return torch.randperm(clients, generator=C.named_generator(seed, "byzantine"))[:f]
+
+
 def reference_key(scenario: Scenario, seed: int) -> str:
     return "ref-" + cell_key(scenario, "none", "fedavg", seed)
 
@@ -157,7 +162,7 @@ class Simulation:
 
         k_total = self.num_clients
         f = 0 if self.attack.honest else sc.byzantine_count()
-        byz_ids = torch.randperm(k_total, generator=g["byzantine"])[:f]
+        byz_ids = byzantine_clients(k_total, f, self.seed)
         is_byz = torch.zeros(k_total, dtype=torch.bool)
         is_byz[byz_ids] = True
 

@@ -1,0 +1,1 @@
+"""A Flower app with a robustfl defense on the server and robustfl attacks on chosen clients."""
