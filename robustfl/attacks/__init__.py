@@ -27,6 +27,7 @@ _BUILTINS = {
     "backdoor": "robustfl.attacks.backdoor:Backdoor",
     "mimic": "robustfl.attacks.mimic:Mimic",
     "drift": "robustfl.attacks.drift:Drift",
+    "worst_case": "robustfl.attacks.worst_case:WorstCase",
 }
 
 registry = Registry("attack", "robustfl.attacks", _BUILTINS)

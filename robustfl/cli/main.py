@@ -4,7 +4,7 @@ Every command works in-process as ``robustfl.cli.main(argv) -> int``. Bad usage 
 gets one line on stderr naming the bad value and what was expected, never a traceback. The
 parser is in :mod:`.parser`; each command group in its own module: :mod:`.simulate` (run, matrix,
 validate), :mod:`.catalogue` (list, show, plugin), :mod:`.results` (report, compare),
-:mod:`.bound` (bound).
+:mod:`.bound` (bound), :mod:`.kappa` (kappa).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..errors import RobustFLError
 from .bound import cmd_bound
 from .catalogue import cmd_list, cmd_plugin, cmd_show
 from .common import print_error
+from .kappa import cmd_kappa
 from .parser import ArgError, build_parser
 from .results import cmd_compare, cmd_report
 from .simulate import cmd_matrix, cmd_run, cmd_validate
@@ -35,6 +36,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "report": cmd_report,
     "compare": cmd_compare,
     "bound": cmd_bound,
+    "kappa": cmd_kappa,
     "plugin": cmd_plugin,
 }
 

@@ -126,6 +126,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PATH", help="write a PNG of the measured error against the bound")
     _common(p)
 
+    p = sub.add_parser(
+        "kappa", help="measure each rule's (f, kappa)-robustness with a worst-case attack search"
+    )
+    _scenario_args(p, optional=True)
+    p.add_argument(
+        "--rules", metavar="R1,R2", help="rules: names, or compositions as nnm+krum (default: 11 rules)"
+    )
+    p.add_argument("--n", type=int, default=20, help="clients per round for the input families (default 20)")
+    p.add_argument("--f", metavar="F1,F2", help="Byzantine counts, f-hat = f (default 2,4,6,8)")
+    p.add_argument("--misspecified", metavar="F:F_HAT", help="extra settings with f-hat != f, e.g. 4:2")
+    p.add_argument("--families", metavar="NAMES",
+                   help="input families: isotropic, anisotropic, clustered, lower_bound (default all)")
+    p.add_argument("--budget", type=int, default=1000, help="rule evaluations per search (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the inputs and the search (default 0)")
+    p.add_argument(
+        "--dim", type=int, default=100, help="coordinates of the input families' rows (default 100)"
+    )
+    p.add_argument("--json", metavar="PATH", help='write {"rows": [...]} as JSON')
+    p.add_argument("--save-dir", default="runs/kappa", help="where inputs above a proven bound are saved")
+    p.add_argument("--allow-outside-guarantee", action="store_true",
+                   help="run rules outside their precondition (flagged) instead of refusing them")
+    _common(p)
+
     p = sub.add_parser("validate", help="check a scenario without running it")
     _scenario_args(p)
     p.add_argument(

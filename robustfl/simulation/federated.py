@@ -68,13 +68,14 @@ class FederatedStages:
         generators: dict[str, torch.Generator],
         measure: Callable[[Round], bool],
         device: torch.device,
+        observe: Callable[[Round], None] | None = None,
     ) -> None:
         self.p, self.attacker, self.attack_label, self.defense = problem, attack, attack_label, defense
         self.algorithm, self.sharing, self.fed = algorithm, sharing, fed
         self.per_round, self.assumed, self.is_byz = per_round, assumed, is_byz
         self.num_samples, self.granted, self.g = num_samples, granted, generators
         self.root, self.root_mask, self.device = root, root_mask, device
-        self._measure = measure
+        self._measure, self._observe = measure, observe
         self.k_total = int(is_byz.shape[0])
         self.f_hat_all = assumed(per_round)
         bsz = fed["batch_size"]
@@ -192,6 +193,8 @@ class FederatedStages:
 
     def aggregate(self, r: Round) -> None:
         assert r.rows is not None and r.ctx is not None
+        if self._observe is not None:  # a read-only look at the rows the defense gets (robustfl kappa)
+            self._observe(r)
         r.agg = self.defense(r.rows, r.ctx)
 
     def server_step(self, r: Round) -> None:

@@ -26,7 +26,7 @@ from ..types import Knowledge
 from . import components as C
 from .federated import FederatedStages, Measure
 from .results import Cell
-from .round import run_rounds
+from .round import Round, run_rounds
 
 _STREAMS = ("init", "byzantine", "participation", "train", "root", "attack", "defense", "poison", "sharing")
 _PROBLEM_CACHE: dict[str, Problem] = {}
@@ -138,22 +138,30 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------
     def run(
-        self, reference_model: Tensor | None = None, on_round: Callable[[int, int], None] | None = None
+        self,
+        reference_model: Tensor | None = None,
+        on_round: Callable[[int, int], None] | None = None,
+        observe: Callable[[Round], None] | None = None,
     ) -> Outcome:
+        """Replay the rounds; ``observe(r)`` sees each round's rows just before the defense."""
         start_time = time.perf_counter()
         fed = self.scenario.section("federation")
         threads_before = torch.get_num_threads()
         torch.set_num_threads(fed["threads"])
         try:
             cell = Cell(self.attack_label, self.defense_label, self.seed, outside_guarantee=self.outside)
-            w = self._rounds(cell, reference_model, on_round)
+            w = self._rounds(cell, reference_model, on_round, observe)
         finally:
             torch.set_num_threads(threads_before)
         cell.elapsed_s = time.perf_counter() - start_time
         return Outcome(cell, w)
 
     def _rounds(
-        self, cell: Cell, reference_model: Tensor | None, on_round: Callable[[int, int], None] | None
+        self,
+        cell: Cell,
+        reference_model: Tensor | None,
+        on_round: Callable[[int, int], None] | None,
+        observe: Callable[[Round], None] | None = None,
     ) -> Tensor:
         sc, p, dev = self.scenario, self.problem, self.device
         fed = sc.section("federation")
@@ -222,6 +230,7 @@ class Simulation:
             generators=g,
             measure=measure,
             device=dev,
+            observe=observe,
         )
         w, _ = run_rounds(stages, w, rounds)
         cell.final = dict(cell.rounds[-1]) if cell.rounds else {}

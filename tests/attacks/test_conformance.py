@@ -24,7 +24,7 @@ KNOWLEDGE = {  # SPEC.md section 2, defaults ([own; better with honest] attacks 
     "similarity_poisoning": OWN, "alie": OWN, "ipm": OWN, "min_max": OWN, "min_sum": OWN,
     "fang_trim": OWN | HONEST, "fang_krum": OWN | HONEST, "fltrust_adaptive": OWN | HONEST | REFERENCE,
     "optimal": OWN | HONEST | ORACLE, "gaussian": OWN, "label_flip": OWN, "backdoor": OWN,
-    "mimic": OWN | HONEST, "drift": OWN,
+    "mimic": OWN | HONEST, "drift": OWN, "worst_case": OWN | HONEST | ORACLE,
 }
 
 VARIANTS = [  # non-default settings that take other code paths
@@ -33,6 +33,7 @@ VARIANTS = [  # non-default settings that take other code paths
     ("min_max", {"perturbation": "sign"}), ("min_sum", {"perturbation": "unit", "bound": "max"}),
     ("fltrust_adaptive", {"variant": "angle"}), ("gaussian", {"mean": "honest"}),
     ("drift", {"base": "fang_trim", "ramp": 5}), ("optimal", {"base": "ipm"}),
+    ("worst_case", {"budget": 50, "gradient": False}),
 ]
 
 BAD = {  # one out-of-range value per attack with parameters
@@ -41,6 +42,7 @@ BAD = {  # one out-of-range value per attack with parameters
     "ipm": ("epsilon", -2), "min_max": ("perturbation", "gauss"), "min_sum": ("bound", "median"),
     "fltrust_adaptive": ("steps", -1), "optimal": ("low", float("inf")), "gaussian": ("std", -1),
     "backdoor": ("poison_fraction", 1.5), "mimic": ("target", -1), "drift": ("ramp", 0),
+    "worst_case": ("budget", 0),
 }
 
 

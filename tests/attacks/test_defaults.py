@@ -41,6 +41,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "sign_flip": {"scale": 1.0, "source": "own"},
     "similarity_poisoning": {"target_similarity": None, "target": "update"},
     "sybil": {"identities": None, "base": "sign_flip", "jitter": 0.0},
+    "worst_case": {"budget": 200, "gradient": True},
 }
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "attacks.md"

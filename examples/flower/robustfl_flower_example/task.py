@@ -51,7 +51,7 @@ def train(net: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: flo
         loss = nn.functional.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:

@@ -1,0 +1,209 @@
+"""``robustfl kappa``: runs :func:`robustfl.theory.kappa.run_kappa` with a progress bar, prints the
+table (loudly, any kappa_hat above a proven bound) and writes ``{"rows": [...]}`` as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from ..errors import ConfigError
+from .common import csv_list, write_json
+from .tables import get_console
+
+JSON_KEYS = (
+    "rule",
+    "n",
+    "f",
+    "f_hat",
+    "family",
+    "kappa",
+    "attack",
+    "upper_bound",
+    "upper_source",
+    "upper_condition",
+    "lower_bound",
+    "evaluations",
+    "best_fixed",
+    "best_fixed_attack",
+    "status",
+    "error",
+    "saved",
+    "elapsed_s",
+)
+
+
+def rule_spec(token: str) -> Any:
+    """``krum`` -> "krum"; ``nnm+krum`` -> {"name": "krum", "pre": ["nnm"]}; a JSON object as given."""
+    token = token.strip()
+    if token.startswith("{"):
+        return json.loads(token)
+    parts = [p.strip() for p in token.split("+") if p.strip()]
+    if not parts:
+        raise ConfigError(f"--rules: empty rule in {token!r}")
+    return parts[0] if len(parts) == 1 else {"name": parts[-1], "pre": parts[:-1]}
+
+
+def _ints(text: str | None, kind: str) -> list[int] | None:
+    items = csv_list(text, kind)
+    if items is None:
+        return None
+    try:
+        return [int(t) for t in items]
+    except ValueError:
+        raise ConfigError(f"--{kind} must be comma-separated integers, got {text!r}") from None
+
+
+def _pairs(text: str | None) -> list[tuple[int, int]]:
+    out = []
+    for item in csv_list(text, "misspecified") or []:
+        try:
+            f, fh = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise ConfigError(f"--misspecified takes F:F_HAT pairs, e.g. 4:2, got {item!r}") from None
+        out.append((f, fh))
+    return out
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def _attack_text(a: Any) -> str:
+    if not a:
+        return "-"
+    params = ", ".join(f"{k}={_num(v, 3) if isinstance(v, float) else v}" for k, v in a["params"].items())
+    return f"{a['name']}({params})" if params else a["name"]
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row.get(k) for k in JSON_KEYS}
+    for k in ("kappa", "best_fixed", "upper_bound", "lower_bound"):
+        value = out[k]
+        if isinstance(value, float) and not math.isfinite(value):
+            out[k] = None
+            out[f"{k}_infinite"] = True
+    out["spec"] = row["spec"]
+    return out
+
+
+def cmd_kappa(args: argparse.Namespace) -> int:
+    """``robustfl kappa [SCENARIO]``: 0 when every row ran (refusals included), 1 when a kappa_hat
+    exceeds a proven upper bound (a finding: the inputs are saved)."""
+    from ..scenario import load_scenario
+    from ..theory import kappa as K
+    from ..theory.kappa_families import FAMILIES, task_rounds
+
+    rules = [rule_spec(t) for t in (csv_list(args.rules, "rules") or [])] or list(K.DEFAULT_RULES)
+    fs = _ints(args.f, "f")
+    families = csv_list(args.families, "families") or list(FAMILIES)
+    for fam in families:
+        if fam not in FAMILIES:
+            raise ConfigError(f"--families: {fam!r}, expected one of {', '.join(FAMILIES)}")
+    save_dir = Path(args.save_dir)
+    console = get_console(None)
+    rows: list[dict[str, Any]] = []
+    plain = not console.is_terminal or args.quiet
+    with Progress(
+        TextColumn("kappa"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=plain,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("", total=None)
+
+        def on_row(row: dict[str, Any], done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total, description=f"{row['rule']} {row['family']}")
+            if plain and not args.quiet and (done % 10 == 0 or done == total):
+                print(f"[{done}/{total} rows]", file=sys.stderr, flush=True)
+
+        common = {
+            "budget": args.budget,
+            "seed": args.seed,
+            "allow_outside_guarantee": args.allow_outside_guarantee,
+            "save_dir": save_dir,
+            "on_row": on_row,
+        }
+        if args.scenario:
+            sc = load_scenario(args.scenario, args.overrides)
+            n = sc.section("federation")["clients"]
+            T = sc.section("federation")["rounds"]
+            picks = sorted({1, max(1, T // 2), T})
+            for f in fs or [sc.byzantine_count()]:
+                rows += K.run_kappa(
+                    rules, [K.Setting(n, f, f)], task=task_rounds(sc, args.seed, picks, f), **common
+                )
+        else:
+            sets = K.settings(args.n, fs or list(K.DEFAULT_F), _pairs(args.misspecified))
+            rows = K.run_kappa(rules, sets, families, dim=args.dim, **common)
+    _print(rows, console, args.quiet)
+    if args.json:
+        write_json(args.json, {"rows": [_clean(r) for r in rows]})
+        if not args.quiet:
+            print(f"wrote {args.json}", file=sys.stderr)
+    return 1 if any(r["status"] == "exceeds_bound" for r in rows) else 0
+
+
+def _print(rows: list[dict[str, Any]], console: Any, quiet: bool) -> None:
+    table = Table(title="kappa_hat: the largest kappa a search found (a lower bound on the rule's kappa)")
+    for col in (
+        "rule",
+        "setting",
+        "family",
+        "kappa_hat",
+        "found by",
+        "best fixed",
+        "upper",
+        "lower",
+        "status",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        setting = f"n={r['n']} f={r['f']}" + (f" f_hat={r['f_hat']}" if r["f_hat"] != r["f"] else "")
+        fixed = f"{_num(r['best_fixed'])} ({r['best_fixed_attack']})" if r["best_fixed_attack"] else "-"
+        status = r["status"] if not r["error"] or r["status"] == "ok" else f"{r['status']}: {r['error']}"
+        table.add_row(
+            r["rule"],
+            setting,
+            r["family"],
+            _num(r["kappa"]),
+            _attack_text(r["attack"]),
+            fixed,
+            _num(r["upper_bound"]),
+            _num(r["lower_bound"]),
+            status,
+        )
+    console.print(table)
+    if not quiet:
+        sources = sorted({(r["rule"], r["upper_source"]) for r in rows})
+        console.print("upper bounds: " + "; ".join(f"{rule}: {src}" for rule, src in sources), soft_wrap=True)
+    for r in rows:
+        if r["status"] == "exceeds_bound":
+            where = f"{r['rule']} at n={r['n']} f={r['f']} on {r['family']}"
+            print(
+                f"FINDING: {where}: kappa_hat {_num(r['kappa'])} > proven bound {_num(r['upper_bound'])} "
+                f"({r['upper_source']}); inputs saved to {r['saved']}",
+                file=sys.stderr,
+            )
