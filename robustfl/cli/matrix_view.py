@@ -21,7 +21,7 @@ from robustfl import reporting as report
 from robustfl.simulation import convergence as convergence_mod
 from robustfl.simulation.results import METRIC_KEYS, Cell
 
-from .tables import STATUS_STYLES, Column, cell_text, entry_text, fit_tables, get_console
+from .tables import STATUS_STYLES, Column, cell_text, entry_text, fit_tables, get_console, versus_text
 
 
 def time_note(cells: Sequence[Cell]) -> str:
@@ -41,7 +41,9 @@ def matrix_tables(
     convergence: Sequence[Mapping[str, Any]] = (),
 ) -> list[Table]:
     """One table per sweep point (a single one when the cells carry no sweep values), with a
-    "worst case" footer row (the worst attack per defense) when there are several attacks; with
+    "worst case" footer row (the worst attack per defense, with its κ̂) when there are several
+    attacks, and a "worst_case vs best fixed" row under it where the ``worst_case`` attack ran
+    (:mod:`robustfl.reporting.kappa_hat`); with
     ``show_time`` each cell adds a dim second line, its mean compute time over seeds, and the
     caption the cells' total and mean compute time. With ``width`` (columns), a point's table
     wider than that is split into several, each repeating the attack names over a run of the
@@ -57,23 +59,30 @@ def matrix_tables(
         note = report.caption({k: g for k, g in summary.items() if k[0] == point}, metric)
         if show_time:
             note += time_note([c for c in cells if report.sweep_label(c.sweep) == point])
+        heading = " | ".join(t for t in (title, point) if t) or None
+        footer = len(attacks) > 1
+        entries = [worst[(point, d)] for d in defenses if (point, d) in worst] if footer else []
+        kappa_note = report.worst_notes(entries)  # what κ̂ and the worst_case gap are, said once
+        if kappa_note:
+            note += "\n" + kappa_note
         unsettled = report.convergence_note(convergence, point, with_criterion=False)
         if unsettled:  # the criterion itself: one full-width line under the tables (print_matrix)
             note += "\n" + unsettled
-        heading = " | ".join(t for t in (title, point) if t) or None
-        footer = len(attacks) > 1
+        versus = any(e["vs_fixed"] for e in entries)  # a "worst_case vs best fixed" row
         first = Column(
             Text("attack \\ defense"),
             Text(report.WORST_ROW) if footer else None,
             [Text(a) for a in attacks],
             justify="left",
             style="bold",
+            extra=[Text(report.VERSUS_ROW)] if versus else [],
         )
         columns = [
             Column(
                 Text(d),
                 entry_text(worst.get((point, d))) if footer else None,
                 [cell_text(summary.get((point, a, d)), times.get((point, a, d))) for a in attacks],
+                extra=[versus_text(worst.get((point, d)))] if versus else [],
             )
             for d in defenses
         ]

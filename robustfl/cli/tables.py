@@ -11,7 +11,7 @@ word (no name is broken mid-word). Every label is plain text (``alie[z=1]`` is n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.cells import cell_len
@@ -50,27 +50,44 @@ def cell_text(group: Mapping[str, Any] | None, seconds: float | None = None) -> 
 
 
 def entry_text(entry: Mapping[str, Any] | None) -> Text:
-    """A worst case or an axis view's entry, coloured by the band of its worst value."""
+    """A worst case or an axis view's entry, coloured by the band of its worst value; a worst
+    case's κ̂ on a line of its own."""
     if entry is None:
         return Text("—", style="dim")
-    text = Text(entry["text"], style=STYLES.get(entry["severity"] or "", ""))
+    kappa = report.kappa_text(entry.get("kappa"))
+    head = entry["text"].removesuffix(" " + kappa) if kappa else entry["text"]
+    text = Text(head, style=STYLES.get(entry["severity"] or "", ""))
     if entry.get("outside_guarantee"):
         text.append(" " + report.DAGGER, style="bold")
+    if kappa and head != entry["text"]:
+        text.append("\n" + kappa)
     return text
+
+
+def versus_text(entry: Mapping[str, Any] | None) -> Text:
+    """A worst case's "worst_case vs best fixed" comparison on two lines (``alie 0.43 κ̂ 2.1`` /
+    ``Δ +0.11, κ̂×4.4``), or a dim "—" without one."""
+    versus = entry.get("vs_fixed") if entry is not None else None
+    return Text("\n".join(report.versus_lines(versus))) if versus else Text("—", style="dim")
 
 
 @dataclass
 class Column:
-    """One column of a view: its header, footer and body cells (for :func:`fit_tables`)."""
+    """One column of a view: its header, footer and body cells (for :func:`fit_tables`); ``extra``:
+    more footer rows under the first (the first column's name them; a shorter list reads "—")."""
 
     header: Text
     footer: Text | None
     cells: list[Text]
     justify: JustifyMethod = "right"
     style: str = ""
+    extra: list[Text] = field(default_factory=list)
 
     def texts(self) -> list[Text]:
-        return [self.header, *([self.footer] if self.footer is not None else []), *self.cells]
+        return [self.header, *([self.footer] if self.footer is not None else []), *self.extra, *self.cells]
+
+    def extra_row(self, i: int) -> Text:
+        return self.extra[i] if i < len(self.extra) else Text("—", style="dim")
 
 
 def _longest_word(texts: Iterable[Text | str]) -> int:
@@ -130,32 +147,39 @@ def fit_tables(
     it takes to fit it, each repeating ``first`` (the row names) over a run of ``columns``, each
     column as wide as its longest word at least (a name is never broken). Split in parts, the
     footer row (the worst cases) becomes a table of its own, one row per column, after the parts;
-    the caption goes under the last table."""
+    the caption goes under the last table. With ``first.extra`` (more footer rows), the footer
+    rows come as bold and plain rows under a rule instead of rich's one footer row."""
 
     def table(
         title: str | None, caption: str | None, cols: Sequence[Column], fixed: bool, footer: bool
     ) -> Table:
         words = _longest_word([x for x in (title, caption) if x])
+        rows = footer and first.footer is not None and bool(first.extra)  # several footer rows
         t = Table(
             title=title,
             caption=caption,
             caption_justify="left",
             header_style="bold",
-            show_footer=footer and first.footer is not None,
+            show_footer=footer and first.footer is not None and not rows,
             min_width=min(width, words + 4) if fixed and width else None,
         )
         for c in (first, *cols):
             # unsplit, a narrow terminal wraps a cell onto two lines ("0.512 ±" / "0.045") rather than cut it
             t.add_column(
                 c.header,
-                (c.footer or "") if footer else "",
+                (c.footer or "") if footer and not rows else "",
                 justify=c.justify,
                 style=c.style,
                 overflow="fold",
                 width=_column_width(c, footer) if fixed else None,
             )
-        for i in range(len(first.cells)):
-            t.add_row(first.cells[i], *(c.cells[i] for c in cols))
+        n = len(first.cells)
+        for i in range(n):
+            t.add_row(first.cells[i], *(c.cells[i] for c in cols), end_section=rows and i == n - 1)
+        if rows and first.footer is not None:
+            t.add_row(first.footer, *(c.footer or Text("—", style="dim") for c in cols), style="bold")
+            for k, name in enumerate(first.extra):
+                t.add_row(name, *(c.extra_row(k) for c in cols))
         return t
 
     natural = _table_width(_longest_line(c.texts()) for c in (first, *columns))
@@ -185,8 +209,11 @@ def fit_tables(
         )
         t.add_column(Text(what), style="bold", overflow="fold")
         t.add_column(Text(first.footer.plain), overflow="fold")
+        for name in first.extra:
+            t.add_column(Text(name.plain), overflow="fold")
         for c in columns:
-            t.add_row(c.header, c.footer if c.footer is not None else Text("—", style="dim"))
+            footer = c.footer if c.footer is not None else Text("—", style="dim")
+            t.add_row(c.header, footer, *(c.extra_row(k) for k in range(len(first.extra))))
         out.append(t)
     if note:  # the caption under the last table, wrapped at the terminal's width, not the table's
         grid = Table.grid()

@@ -6,6 +6,8 @@ Imports :mod:`robustfl.simulation` (cells, the store, convergence verdicts) and 
 :mod:`robustfl.cli`; the terminal views in ``robustfl.cli`` read the same summaries. matplotlib is
 imported only when a figure is drawn. The modules, bottom up:
 
+* :mod:`.kappa_hat`: κ̂, the κ of (f, κ)-robustness a rule exhibited (max over a cell's rounds of
+  aggregation_error²), and the ``worst_case`` attack set against the worst fixed one;
 * :mod:`.summaries`: a final metric over seeds per (sweep point, attack, defense), its severity
   band and the one colour scale, worst cases, sweep-axis views, captions;
 * :mod:`.settings`: the setting keys that tell a store's runs apart (never pooled);
@@ -15,8 +17,8 @@ imported only when a figure is drawn. The modules, bottom up:
 * :mod:`.published`: published tables and the measured-vs-published comparison;
 * :mod:`.compare`: two stores, cell by cell (``robustfl compare``).
 
-The names of :mod:`.summaries`, :mod:`.settings`, :mod:`.store_view` and :mod:`.formats` are
-importable from here.
+The names of :mod:`.kappa_hat`, :mod:`.summaries`, :mod:`.settings`, :mod:`.store_view` and
+:mod:`.formats` are importable from here.
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ from .formats import (
     to_csv,
     to_json,
     to_markdown,
+)
+from .kappa_hat import (
+    KAPPA,
+    KAPPA_NOTE,
+    NOT_FIXED,
+    VERSUS_NOTE,
+    VERSUS_ROW,
+    WORST_CASE_ATTACK,
+    cell_kappa,
+    kappa_text,
+    mean_kappa,
+    versus_fixed,
+    versus_lines,
+    worst_notes,
 )
 from .settings import (
     annotate,
@@ -78,24 +94,33 @@ __all__ = [
     "GUARANTEE_NOTE",
     "GroupKey",
     "HIGHER_IS_BETTER",
+    "KAPPA",
+    "KAPPA_NOTE",
+    "NOT_FIXED",
     "ONE_SEED_NOTE",
     "PLUS_MINUS",
     "PointKey",
     "SEVERITY_METRICS",
     "StoreView",
+    "VERSUS_NOTE",
+    "VERSUS_ROW",
+    "WORST_CASE_ATTACK",
     "WORST_ROW",
     "annotate",
     "axis_caption",
     "axis_views",
     "caption",
+    "cell_kappa",
     "convergence_note",
     "differing_keys",
     "flatten",
     "format_seconds",
     "format_value",
+    "kappa_text",
     "layout",
     "load_store",
     "mean_elapsed",
+    "mean_kappa",
     "plain",
     "render",
     "run_setting",
@@ -108,5 +133,8 @@ __all__ = [
     "to_csv",
     "to_json",
     "to_markdown",
+    "versus_fixed",
+    "versus_lines",
     "worst_case",
+    "worst_notes",
 ]

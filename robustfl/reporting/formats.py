@@ -19,6 +19,7 @@ from robustfl.errors import ConfigError
 from robustfl.simulation.results import Cell
 
 from . import published as _published
+from .kappa_hat import VERSUS_ROW, cell_kappa, worst_notes
 from .settings import settings_note
 from .summaries import (
     DAGGER,
@@ -55,12 +56,18 @@ def to_csv(cells: Iterable[Cell], convergence: Sequence[Mapping[str, Any]] = ())
     """One row per cell: ``Cell.record()`` (identity, status, sweep values, final metrics), plus
     ``key`` when the cells carry one, and, given the clean runs' ``convergence`` verdicts, the
     verdict of the cell's setting and seed: ``clean_converged`` (true/false) and
-    ``clean_convergence`` (the criterion's value). Missing values are empty fields."""
+    ``clean_convergence`` (the criterion's value); ``kappa``, the cell's κ̂
+    (:func:`~robustfl.reporting.kappa_hat.cell_kappa`), when some cell recorded one. Missing values
+    are empty fields."""
     cells = list(cells)
     records = [c.record() for c in cells]
     if any(c.key for c in cells):
         for r, c in zip(records, cells, strict=True):
             r["key"] = c.key
+    kappas = [cell_kappa(c) for c in cells]
+    if any(k is not None for k in kappas):
+        for r, k in zip(records, kappas, strict=True):
+            r["kappa"] = k
     if convergence:
         found = {(sweep_label(v.get("sweep") or {}), v.get("seed")): v for v in convergence}
         for r, c in zip(records, cells, strict=True):
@@ -79,7 +86,9 @@ def to_csv(cells: Iterable[Cell], convergence: Sequence[Mapping[str, Any]] = ())
 
 
 _GROUP_KEYS = ("attack", "defense", "metric", "status", "text", "n", "mean", "std", "ci95", "ok", "diverged",
-               "failed", "outside_guarantee")
+               "failed", "outside_guarantee", "kappa")
+_WORST_KEYS = ("defense", "metric", "status", "attack", "mean", "text", "kappa", "by_attack",
+               "kappa_by_attack", "missing", "outside_guarantee", "vs_fixed")
 
 
 def to_json(
@@ -103,7 +112,13 @@ def to_json(
     * ``"groups"``: one summary per (setting, attack, defense) over seeds (:func:`summarize`):
       ``setting`` (the sweep point, with the setting keys), ``attack``, ``defense``, ``metric``,
       ``status``, ``text``, ``n``, ``mean``, ``std``, ``ci95`` (the ± of every view), ``ok``,
-      ``diverged``, ``failed``, ``outside_guarantee``;
+      ``diverged``, ``failed``, ``outside_guarantee``, ``kappa`` (the mean κ̂ over seeds, null
+      without one: :mod:`~robustfl.reporting.kappa_hat`);
+    * ``"worst_case"``: per (setting, defense) the worst attack (:func:`worst_case`): ``setting``,
+      ``defense``, ``metric``, ``status``, ``attack``, ``mean``, ``text``, ``kappa`` (its κ̂),
+      ``by_attack``, ``kappa_by_attack``, ``missing``, ``outside_guarantee`` and ``vs_fixed``
+      (null, or the ``worst_case`` attack against the worst fixed one: ``attack``, ``mean``,
+      ``kappa``, ``worst_case_mean``, ``worst_case_kappa``, ``gap``, ``kappa_ratio``, ...);
     * ``"runs"``: every run the store recorded, ``{"id", "started", "scenario", "provenance"}``;
     * ``"convergence"``: the clean run's verdict per setting and seed
       (:mod:`~robustfl.simulation.convergence`: ``criterion``, ``value``, ``threshold``,
@@ -125,12 +140,17 @@ def to_json(
         {"setting": dict(g["sweep"]), **{k: g[k] for k in _GROUP_KEYS}}
         for g in summarize(cells, metric).values()
     ]
+    worst = [
+        {"setting": dict(w["sweep"]), **{k: w[k] for k in _WORST_KEYS}}
+        for w in worst_case(cells, metric).values()
+    ]
     doc: dict[str, Any] = {
         "scenario": dict(scenario or {}),
         "provenance": dict(provenance or {}),
         "cells": docs,
         "settings": {"keys": list(setting_keys), "points": list(points.values())},
         "groups": groups,
+        "worst_case": worst,
         "runs": [dict(r) for r in runs],
         "convergence": [dict(v) for v in convergence],
     }
@@ -164,10 +184,12 @@ def to_markdown(
     """One Markdown table per sweep point (and setting: see
     :func:`~robustfl.reporting.settings.annotate`; ``setting_keys`` named above them): rows
     attacks, columns defenses, "mean ± 95 % half-width" (:func:`caption`), and a "worst case"
-    row (:func:`worst_case`) when there are several attacks; then, for a sweep, one table per
-    sweep key (:func:`axis_views`, numbers right-aligned); then, with ``show_time`` (default: when
-    the cells recorded their run times), the mean compute time per cell (:func:`mean_elapsed`);
-    then a "measured vs published" section per ``published`` comparison."""
+    row (:func:`worst_case`, with the worst attack's κ̂) when there are several attacks, and a
+    "worst_case vs best fixed" row where the ``worst_case`` attack ran (:mod:`.kappa_hat`); then,
+    for a sweep, one table per sweep key (:func:`axis_views`, numbers right-aligned); then, with
+    ``show_time`` (default: when the cells recorded their run times), the mean compute time per
+    cell (:func:`mean_elapsed`); then a "measured vs published" section per ``published``
+    comparison."""
     cells = list(cells)
     summary = summarize(cells, metric)
     worst = worst_case(cells, metric)
@@ -187,12 +209,18 @@ def to_markdown(
             rows.append((_md(a), row))
         if len(attacks) > 1:
             rows.append((f"**{WORST_ROW}**", [_md(worst[(point, d)]["text"]) for d in defenses]))
+            versus = [worst[(point, d)]["vs_fixed"] for d in defenses]
+            if any(versus):  # the worst_case attack ran: set against the worst fixed attack
+                rows.append((f"**{_md(VERSUS_ROW)}**", [_md(v["text"]) if v else "—" for v in versus]))
         parts.append(_md_table("attack", defenses, rows, "---|"))
         unsettled = convergence_note(convergence, point)  # the clean run not converged: said here
         if unsettled:
             parts.append(f"**{_md(unsettled)}**\n")
     if summary:
-        parts.append(caption(summary, metric, colours=False).replace("\n", "  \n") + "\n")
+        tabled = {point for point, attacks, _ in layout(summary) if len(attacks) > 1}  # with a worst row
+        shown = [w for (point, _), w in worst.items() if point in tabled]
+        text = "\n".join(t for t in (caption(summary, metric, colours=False), worst_notes(shown)) if t)
+        parts.append(text.replace("\n", "  \n") + "\n")
     for key, view in axis_views(cells, metric).items():
         table = view["rows"]
         rows = [

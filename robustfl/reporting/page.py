@@ -7,7 +7,9 @@ figure is a PNG inlined as a ``data:image/png;base64`` URI. It shows, per sweep 
 * a table of the final relative drift (and accuracy, on classification tasks): the mean over
   seeds ± the half-width of its two-sided 95 % Student-t interval,
   ``t_{0.975, n-1} · s / sqrt(n)`` (from :func:`robustfl.reporting.summaries.summarize`), coloured
-  by severity, with diverged and failed seeds counted;
+  by severity, with diverged and failed seeds counted; with several attacks, a "worst case" row
+  (the worst attack per defense with its κ̂) and, where the ``worst_case`` attack ran, a
+  "worst_case vs best fixed" row (:mod:`robustfl.reporting.kappa_hat`);
 * drift curves: relative drift over rounds, one small plot per attack with a line per defense,
   the mean over seeds and a light 95 % band (the same t interval, per round, over the seeds that
   reached that round), drawn where at least three seeds did;
@@ -50,6 +52,7 @@ from robustfl.simulation.results import Cell, clean_number
 from . import published as _published
 from . import summaries
 from .curves import BAND_MIN_SEEDS, diagnostics_figure, drift_figure
+from .kappa_hat import VERSUS_ROW, worst_notes
 from .settings import run_setting, settings_note
 
 _PROVENANCE_KEYS = ("robustfl", "torch", "numpy", "python", "platform", "scenario_hash", "scenario_path")
@@ -108,11 +111,29 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img src="{_png_uri(png)}" alt="{html.escape(alt)}">'
 
 
+def _worst_rows(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The table's foot: the "worst case" row (the worst attack, its κ̂) and, where the
+    ``worst_case`` attack ran, the "worst_case vs best fixed" row."""
+    e = html.escape
+    tds = []
+    for w in entries:
+        colour = summaries.BAND_COLOURS.get(w["severity"] or "", "")
+        style = f' style="background:{colour}"' if colour else ""
+        tds.append(f"<td{style}>{e(cell_text(w))}</td>")
+    rows = [f'<tr><th class="l">{e(summaries.WORST_ROW)}</th>{"".join(tds)}</tr>']
+    if any(w["vs_fixed"] for w in entries):
+        versus = "".join(f"<td>{e(w['vs_fixed']['text']) if w['vs_fixed'] else '—'}</td>" for w in entries)
+        rows.append(f'<tr><th class="l">{e(VERSUS_ROW)}</th>{versus}</tr>')
+    return ["<tfoot>", *rows, "</tfoot>"]
+
+
 def _table(
     cells: Sequence[Cell], metric: str, convergence: Sequence[Mapping[str, Any]] = ()
 ) -> list[str]:
     e = html.escape
     summary = summaries.summarize(cells, metric)
+    worst = summaries.worst_case(cells, metric)
+    shown: list[Mapping[str, Any]] = []  # the worst cases in a table (with several attacks)
     out: list[str] = []
     for point, attacks, defenses in summaries.layout(summary):
         if point:
@@ -133,12 +154,18 @@ def _table(
                 style = f' style="background:{colour}"' if colour else ""
                 tds.append(f"<td{style}>{e(cell_text(g))}</td>")
             out.append(f'<tr><th class="l">{e(a)}</th>{"".join(tds)}</tr>')
-        out.append("</tbody></table>")
+        out.append("</tbody>")
+        if len(attacks) > 1:
+            entries = [worst[(point, d)] for d in defenses]
+            shown += entries
+            out += _worst_rows(entries)
+        out.append("</table>")
         unsettled = summaries.convergence_note(convergence, point)  # the clean run has not converged
         if unsettled:
             out.append(f'<p class="not-converged"><strong>{e(unsettled)}</strong></p>')
     if summary:
-        note = "<br>".join(e(line) for line in summaries.caption(summary, metric).splitlines())
+        lines = [*summaries.caption(summary, metric).splitlines(), *worst_notes(shown).splitlines()]
+        note = "<br>".join(e(line) for line in lines)
         out.append(f'<p class="note">{note}</p>')
     return out
 

@@ -37,7 +37,9 @@ Worst cases and sweep axes, computed from those group means:
 * :func:`worst_case`: per (sweep point, defense), the attack whose mean is worst -- the largest
   for error metrics (relative drift, ...), the smallest for ``accuracy`` and the detection
   rates; a diverged group (+inf) is worse than any value. Groups without a value (all seeds
-  failed, or ``n/a``) are left out and counted. The tables end with this "worst case" row.
+  failed, or ``n/a``) are left out and counted. The tables end with this "worst case" row, with
+  the worst attack's κ̂ and, where the ``worst_case`` attack ran, a comparison with the worst fixed
+  attack (:mod:`.kappa_hat`: κ̂ = max over a seed's rounds of aggregation_error², mean over seeds).
 * :func:`axis_views`: for each sweep key, rows its values, columns the defenses; an entry
   summarises the worst cases over attacks at the sweep points with that value: ``mean`` over the
   other axes' values and ``worst`` of them (its text shows the worst only where it differs).
@@ -56,6 +58,8 @@ from scipy import stats
 
 from robustfl.simulation import convergence as _convergence
 from robustfl.simulation.results import Cell, clean_number
+
+from .kappa_hat import kappa_text, mean_kappa, versus_fixed
 
 DAGGER = "†"
 GUARANTEE_NOTE = "† run outside the rule's guarantee (--allow-outside-guarantee: too few clients)"
@@ -140,6 +144,7 @@ def _summary(cells: Sequence[Cell], metric: str) -> dict[str, Any]:
         "failed": failed,
         "outside_guarantee": any(c.outside_guarantee for c in cells),
         "values": values + [math.inf] * len(diverged),
+        "kappa": mean_kappa(cells),
     }
 
 
@@ -210,7 +215,10 @@ def worst_case(cells: Iterable[Cell], metric: str = "relative_drift") -> dict[Po
     the module doc). ``worst`` holds ``sweep``, ``defense``, ``metric``, ``status`` (``ok``,
     ``diverged``, or ``failed``/``n/a`` when no attack has a value), ``attack`` (None then),
     ``mean``, ``by_attack`` ({attack: group mean} of the attacks with a value), ``missing``
-    (attacks without one), ``outside_guarantee`` and ``text`` (``0.54 (alie)``)."""
+    (attacks without one), ``outside_guarantee``, ``kappa`` (the worst attack's κ̂, mean over its
+    seeds; None without one), ``kappa_by_attack`` ({attack: κ̂ or None}), ``vs_fixed``
+    (:func:`~robustfl.reporting.kappa_hat.versus_fixed`: ``worst_case`` against the worst fixed
+    attack, or None) and ``text`` (``0.54 (alie) κ̂ 2.1``)."""
     summary = summarize(cells, metric)
     by: dict[PointKey, list[dict[str, Any]]] = {}
     for (point, _, defense), g in summary.items():
@@ -224,18 +232,22 @@ def worst_case(cells: Iterable[Cell], metric: str = "relative_drift") -> dict[Po
             "defense": defense,
             "metric": metric,
             "by_attack": {g["attack"]: g["mean"] for g in ran},
+            "kappa_by_attack": {g["attack"]: g["kappa"] for g in ran},
             "missing": missing,
             "outside_guarantee": any(g["outside_guarantee"] for g in groups),
+            "vs_fixed": versus_fixed(groups, lambda g: _badness(metric, g["status"], g["mean"])),
         }
         if ran:
             worst = max(ran, key=lambda g: _badness(metric, g["status"], g["mean"]))  # first on ties
             entry.update(status=worst["status"], attack=worst["attack"], mean=worst["mean"])
+            entry["kappa"] = worst["kappa"]
             value = "diverged" if worst["status"] == "diverged" else format_value(worst["mean"])
             text = f"{value} ({worst['attack']}"
             text += f"; {len(missing)} without a value)" if missing else ")"
+            text += f" {kappa_text(worst['kappa'])}" if worst["kappa"] is not None else ""
         else:
             status = "failed" if any(g["status"] == "failed" for g in groups) else "n/a"
-            entry.update(status=status, attack=None, mean=math.nan)
+            entry.update(status=status, attack=None, mean=math.nan, kappa=None)
             text = status
         entry["text"] = text
         entry["severity"] = _band(metric, entry["status"], entry["mean"])

@@ -70,6 +70,15 @@ def _hand_worst(docs: list[dict[str, Any]]) -> dict[tuple[float, float, str], tu
     return out
 
 
+def _hand_kappa(docs: list[dict[str, Any]], b: float, f: float, d: str, attack: str) -> float:
+    """κ̂ of (point, attack, defense): per seed the largest aggregation_error² over its rounds, mean
+    over seeds."""
+    sweep = {"threat.byzantine": b, "threat.assumed_byzantine": f}
+    per_seed = [max(r["aggregation_error"] ** 2 for r in c["rounds"] if r["aggregation_error"] is not None)
+                for c in docs if (c["attack"], c["defense"], c["sweep"]) == (attack, d, sweep)]
+    return sum(per_seed) / len(per_seed)
+
+
 def test_sweep_through_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,7 +108,9 @@ def test_sweep_through_the_cli(
     for (b, f, d), (mean, attack) in hand.items():
         entry = wc[(f"threat.byzantine={b}, threat.assumed_byzantine={f}", d)]
         assert entry["attack"] == attack and entry["mean"] == pytest.approx(mean, rel=1e-15, abs=0)
-        assert entry["text"] == f"{report.format_value(mean)} ({attack})"
+        kappa = _hand_kappa(docs, b, f, d, attack)
+        assert entry["kappa"] == pytest.approx(kappa, rel=1e-12)
+        assert entry["text"] == f"{report.format_value(mean)} ({attack}) κ̂ {kappa:.3g}"
 
     views = report.axis_views(cells)
     assert list(views) == ["threat.byzantine", "threat.assumed_byzantine"]
