@@ -87,10 +87,17 @@ def _num(x: Any, digits: int = 4) -> str:
 
 
 def _attack_text(a: Any) -> str:
+    """``direction +pc1 a=316``, ``local (from direction)``, ``alie``: what found the kappa_hat."""
     if not a:
         return "-"
-    params = ", ".join(f"{k}={_num(v, 3) if isinstance(v, float) else v}" for k, v in a["params"].items())
-    return f"{a['name']}({params})" if params else a["name"]
+    p = a["params"]
+    if a["name"] == "direction":
+        return f"direction {p.get('direction')} a={_num(p.get('a'), 3)}"
+    if "from" in p:
+        return f"{a['name']} (from {p['from']})"
+    if "honest_row" in p:
+        return f"copy of honest row {p['honest_row']}"
+    return str(a["name"])
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
@@ -166,39 +173,58 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     return 1 if any(r["status"] == "exceeds_bound" for r in rows) else 0
 
 
+def _status(r: dict[str, Any]) -> str:
+    """The table's status: short (the JSON's ``error`` has the whole sentence)."""
+    err = str(r["error"] or "")
+    if r["status"] in ("refused", "outside_guarantee") and "needs n >=" in err:
+        need = err.split("needs n >=")[1].split()[0]
+        return f"{r['status']} (needs n >= {need})"
+    if r["status"] == "refused" and "reference" in err:
+        return "refused (needs the server's reference: task rounds only)"
+    return str(r["status"])
+
+
+def _setting(r: dict[str, Any]) -> str:
+    return f"n = {r['n']}, f = {r['f']}" + (
+        f", f_hat = {r['f_hat']} (misspecified)" if r["f_hat"] != r["f"] else ""
+    )
+
+
 def _print(rows: list[dict[str, Any]], console: Any, quiet: bool) -> None:
-    table = Table(title="kappa_hat: the largest kappa a search found (a lower bound on the rule's kappa)")
-    for col in (
-        "rule",
-        "setting",
-        "family",
-        "kappa_hat",
-        "found by",
-        "best fixed",
-        "upper",
-        "lower",
-        "status",
-    ):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        setting = f"n={r['n']} f={r['f']}" + (f" f_hat={r['f_hat']}" if r["f_hat"] != r["f"] else "")
-        fixed = f"{_num(r['best_fixed'])} ({r['best_fixed_attack']})" if r["best_fixed_attack"] else "-"
-        status = r["status"] if not r["error"] or r["status"] == "ok" else f"{r['status']}: {r['error']}"
-        table.add_row(
-            r["rule"],
-            setting,
-            r["family"],
-            _num(r["kappa"]),
-            _attack_text(r["attack"]),
-            fixed,
-            _num(r["upper_bound"]),
-            _num(r["lower_bound"]),
-            status,
-        )
-    console.print(table)
+    """One table per setting (rows: rule x family), short cells; the bounds' sources in a legend."""
+    for setting in dict.fromkeys(_setting(r) for r in rows):
+        group = [r for r in rows if _setting(r) == setting]
+        lower = _num(group[0]["lower_bound"])
+        table = Table(title=f"kappa_hat at {setting} (lower bound f/(n-2f) = {lower})", title_justify="left")
+        for col, justify in (
+            ("rule", "left"),
+            ("family", "left"),
+            ("kappa_hat", "right"),
+            ("found by", "left"),
+            ("best fixed", "left"),
+            ("upper", "right"),
+            ("status", "left"),
+        ):
+            table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for r in group:
+            fixed = f"{_num(r['best_fixed'], 3)} {r['best_fixed_attack']}" if r["best_fixed_attack"] else "-"
+            upper = _num(r["upper_bound"], 3) + (
+                "†" if r["upper_bound"] is not None and not r.get("upper_verified") else ""
+            )
+            status = _status(r)
+            family = r["family"].replace("task:", "")
+            table.add_row(
+                r["rule"], family, _num(r["kappa"], 3), _attack_text(r["attack"]), fixed, upper, status
+            )
+        console.print(table)
     if not quiet:
-        sources = sorted({(r["rule"], r["upper_source"]) for r in rows})
-        console.print("upper bounds: " + "; ".join(f"{rule}: {src}" for rule, src in sources), soft_wrap=True)
+        console.print(
+            "kappa_hat: the largest kappa the search found, a lower bound on the rule's kappa (it "
+            "certifies non-robustness only). upper: a published bound; † as reported by secondary "
+            "sources, not verified against the paper (docs/kappa-bounds.md; the JSON's upper_source "
+            "says which).",
+            soft_wrap=False,
+        )
     for r in rows:
         if r["status"] == "exceeds_bound":
             where = f"{r['rule']} at n={r['n']} f={r['f']} on {r['family']}"
