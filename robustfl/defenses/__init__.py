@@ -21,6 +21,8 @@ _BUILTINS = {
     "foolsgold": "robustfl.defenses.foolsgold:FoolsGold",
     "flame": "robustfl.defenses.flame:Flame",
     "dnc": "robustfl.defenses.dnc:DnC",
+    # -- issue 16, set A (signguard, meamed, mda, caf) --
+    # -- issue 16, set B (smea, monna, foundationfl, fldetector) --
 }
 
 PRE_BUILTINS = {
