@@ -23,6 +23,10 @@ _BUILTINS = {
     "dnc": "robustfl.defenses.dnc:DnC",
     # -- issue 16, set A (signguard, meamed, mda, caf) --
     # -- issue 16, set B (smea, monna, foundationfl, fldetector) --
+    "smea": "robustfl.defenses.smea:SMEA",
+    "monna": "robustfl.defenses.monna:MoNNA",
+    "foundationfl": "robustfl.defenses.foundationfl:FoundationFL",
+    "fldetector": "robustfl.defenses.fldetector:FLDetector",
 }
 
 PRE_BUILTINS = {
