@@ -22,6 +22,10 @@ _BUILTINS = {
     "flame": "robustfl.defenses.flame:Flame",
     "dnc": "robustfl.defenses.dnc:DnC",
     # -- issue 16, set A (signguard, meamed, mda, caf) --
+    "meamed": "robustfl.defenses.meamed:MeaMed",
+    "mda": "robustfl.defenses.mda:MDA",
+    "signguard": "robustfl.defenses.signguard:SignGuard",
+    "caf": "robustfl.defenses.caf:CAF",
     # -- issue 16, set B (smea, monna, foundationfl, fldetector) --
     "smea": "robustfl.defenses.smea:SMEA",
     "monna": "robustfl.defenses.monna:MoNNA",
