@@ -62,7 +62,8 @@ def test_builtin_defenses_derive_from_the_base(name: str) -> None:
     d = defenses.create(name)
     assert isinstance(d, DefenseBase) and as_defense(d) is d
     assert d.name == name
-    assert d.needs_reference is (name == "fltrust")  # the one built-in that reads the root update
+    # the built-ins that read the server's root-data update: FLTrust, and MoNNA with its default pivot
+    assert d.needs_reference is (name in ("fltrust", "monna"))
 
 
 @pytest.mark.parametrize("name", pre_registry.names())
