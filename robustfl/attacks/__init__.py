@@ -28,6 +28,8 @@ _BUILTINS = {
     "mimic": "robustfl.attacks.mimic:Mimic",
     "drift": "robustfl.attacks.drift:Drift",
     "worst_case": "robustfl.attacks.worst_case:WorstCase",
+    "mpaf": "robustfl.attacks.mpaf:MPAF",
+    "rop": "robustfl.attacks.rop:ROP",
 }
 
 registry = Registry("attack", "robustfl.attacks", _BUILTINS)

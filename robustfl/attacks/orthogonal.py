@@ -8,12 +8,17 @@ for accuracy) to the unit vector u_perp; every attacker sends
 
 phi = ``angle`` in degrees (default None = 90: purely orthogonal). Orthogonal rows have zero inner
 product with the honest direction, so cosine-trust rules (FLTrust: ReLU(0) = 0) give them no weight
-while distance rules see rows of honest size; intermediate angles give the rotated family (ROP).
+while distance rules see rows of honest size; intermediate angles rotate the rows towards mu.
 When ||mu|| <= eps the rows are zero.
 
+Not ROP (Özfatura et al., TIFS 2024; robustfl's ``rop``): ROP relocates its rows to
+``pi * g + (1 - pi) * mu`` (g the previous aggregate), rotates about ``lam * g + (1 - lam) * mu``,
+starts from the all-ones vector and has an absolute length z; these rows are centred at the origin,
+rotate about mu alone and scale with ||mu||. No parameters of one give the other (docs/attacks.md,
+"ROP is not orthogonal with other parameters"; tests/attacks/test_issue16_attacks.py).
+
 Defaults (docs/attacks.md): no single paper defines this attack; ``norm_factor = 1`` and
-``angle = 90`` are robustfl's own. The ROP code (CRYPTO-KU/FL-Byzantine-Library ``config/attack.py``)
-defaults to ``angle = 270`` (also orthogonal, the opposite side), ``pi = 1``, ``lamb = 0.9``.
+``angle = 90`` are robustfl's own.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ KNOWLEDGE = {  # SPEC.md section 2, defaults ([own; better with honest] attacks 
     "fang_trim": OWN | HONEST, "fang_krum": OWN | HONEST, "fltrust_adaptive": OWN | HONEST | REFERENCE,
     "optimal": OWN | HONEST | ORACLE, "gaussian": OWN, "label_flip": OWN, "backdoor": OWN,
     "mimic": OWN | HONEST, "drift": OWN, "worst_case": OWN | HONEST | ORACLE,
+    "mpaf": OWN, "rop": OWN,
 }
 
 VARIANTS = [  # non-default settings that take other code paths
@@ -34,6 +35,7 @@ VARIANTS = [  # non-default settings that take other code paths
     ("fltrust_adaptive", {"variant": "angle"}), ("gaussian", {"mean": "honest"}),
     ("drift", {"base": "fang_trim", "ramp": 5}), ("optimal", {"base": "ipm"}),
     ("worst_case", {"budget": 50, "gradient": False}),
+    ("mpaf", {"scale": 10.0}), ("rop", {"z": 2.0, "angle": 45, "pi": 0.5, "lam": 0.0}),
 ]
 
 BAD = {  # one out-of-range value per attack with parameters
@@ -42,7 +44,7 @@ BAD = {  # one out-of-range value per attack with parameters
     "ipm": ("epsilon", -2), "min_max": ("perturbation", "gauss"), "min_sum": ("bound", "median"),
     "fltrust_adaptive": ("steps", -1), "optimal": ("low", float("inf")), "gaussian": ("std", -1),
     "backdoor": ("poison_fraction", 1.5), "mimic": ("target", -1), "drift": ("ramp", 0),
-    "worst_case": ("budget", 0),
+    "worst_case": ("budget", 0), "mpaf": ("scale", -1), "rop": ("pi", 1.5),
 }
 
 

@@ -13,7 +13,9 @@ from robustfl import attacks
 from robustfl.types import Knowledge
 from tests.factories import attack_ctx, builtins, create_builtin, gen
 
-PER_CLIENT = {"backdoor", "drift", "gaussian", "label_flip", "none", "scaling", "sign_flip"}  # by formula
+PER_CLIENT = {  # by formula
+    "backdoor", "drift", "gaussian", "label_flip", "mpaf", "none", "scaling", "sign_flip",
+}
 
 
 @pytest.mark.parametrize("name", builtins(attacks.registry))
@@ -26,7 +28,8 @@ def test_the_declaration_matches_the_formula(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(PER_CLIENT))
 def test_each_row_is_the_attack_on_that_row_alone(name: str) -> None:
-    ctx = attack_ctx(f=4, n=6, p=12, seed=3, honest=False)
+    model = torch.randn(12, generator=gen(11), dtype=torch.float64)  # mpaf reads the global model
+    ctx = attack_ctx(f=4, n=6, p=12, seed=3, honest=False, global_model=model)
     together = create_builtin(attacks.registry, name)(dataclasses.replace(ctx, generator=gen(5)))
     for i in range(4):
         alone = create_builtin(attacks.registry, name)(
