@@ -229,6 +229,12 @@ def test_floors_at_toy_size() -> None:
         assert rec["ratio"] == pytest.approx(rec["rule_s"] / rec["floor_s"])
 
 
+def _fake_one_step(clients: int, model: str, repeats: int) -> dict:
+    """A stand-in for the one-step benchmark (a full-size CNN step, ~30 s; tested on its own)."""
+    return {"name": f"one step {model} K={clients}", "params": 1, "engine_s": 0.01, "floor_s": 0.005,
+            "ratio_floor": 2.0, "previous_s": 0.02, "speedup_previous": 2.0, "max_rel_diff": 0.0}
+
+
 def test_main_writes_json_and_table_and_skips_rules_without_byzfl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -263,6 +269,7 @@ def test_main_writes_json_and_table_and_skips_rules_without_byzfl(
         }
 
     monkeypatch.setattr(bench_main, "bench_engine", fake_engine)
+    monkeypatch.setattr(bench_main, "bench_one_step", _fake_one_step)
     monkeypatch.setattr("benchmarks.matrix.bench_matrix", fake_matrix)
     monkeypatch.setattr(byzfl_env, "load", lambda install_missing=True: (None, "no network here"))
     out = tmp_path / "bench.json"
@@ -289,6 +296,7 @@ def test_engine_verdicts_against_targets(monkeypatch: pytest.MonkeyPatch, tmp_pa
         return {"name": f"K={clients}", "clients": clients, "engine_s": 1.0, "loop_s": 9.5, "speedup": 9.5}
 
     monkeypatch.setattr(bench_main, "bench_engine", slow_engine)
+    monkeypatch.setattr(bench_main, "bench_one_step", _fake_one_step)
     res = bench_main.main(["--only", "engine", "--out", str(tmp_path / "b.json")])
     data = json.loads((tmp_path / "b.json").read_text())
     assert res == 0 and "rules" not in data and "floors" not in data
@@ -347,3 +355,14 @@ def test_matrix_group_runs_the_cli_and_compares_cells(tmp_path: Path) -> None:
     assert r["identical"] and r["cells"] == 2
     assert r["ratio_best"] == pytest.approx(r["wall_1_s"][0] / r["wall_2_s"][0])
     assert 0 < r["machine"]["ceiling"] < 3
+
+
+def test_one_step_benchmark_at_toy_size() -> None:
+    """The one-step benchmark itself (the main-entry tests use a stand-in for it): engine against the
+    plain batched floor, and the previous path agreeing with the engine."""
+    from benchmarks.engine import bench_one_step
+
+    r = bench_one_step(clients=2, model="cnn", repeats=1)
+    assert r["engine_s"] > 0 and r["floor_s"] > 0
+    assert r["ratio_floor"] == pytest.approx(r["engine_s"] / r["floor_s"])
+    assert r["max_rel_diff"] < 1e-4
