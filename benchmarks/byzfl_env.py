@@ -21,6 +21,7 @@ import importlib
 import subprocess
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,30 +73,27 @@ def installed(target: Path = DEPS) -> bool:
     return (target / "byzfl" / "__init__.py").is_file()
 
 
-def install(target: Path = DEPS) -> str | None:
-    """pip-install ByzFL (no dependencies) into ``target``; None on success, else the reason."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--target",
-        str(target),
-        BYZFL_SPEC,
-    ]
+def pip_install(spec: str, target: Path, check: Callable[[Path], bool]) -> str | None:
+    """``pip install --no-deps --target target spec``: None on success (pip succeeded and
+    ``check(target)`` finds the package), else the reason, pip's last non-warning line."""
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), spec]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"pip install {BYZFL_SPEC} failed: {e}"
-    if done.returncode != 0 or not installed(target):
-        lines = (done.stderr or done.stdout or "").strip().splitlines()
-        return f"pip install {BYZFL_SPEC} failed: {lines[-1] if lines else f'exit {done.returncode}'}"
+        return f"pip install {spec} failed: {e}"
+    if done.returncode != 0 or not check(target):
+        lines = [ln for ln in (done.stderr or done.stdout or "").strip().splitlines() if "WARNING" not in ln]
+        return f"pip install {spec} failed: {lines[-1] if lines else f'exit {done.returncode}'}"
     return None
 
 
-def _drop(prefix: str) -> None:
+def install(target: Path = DEPS) -> str | None:
+    """pip-install ByzFL (no dependencies) into ``target``; None on success, else the reason."""
+    return pip_install(BYZFL_SPEC, target, installed)
+
+
+def drop_modules(prefix: str) -> None:
+    """Forget ``prefix`` and its submodules in ``sys.modules`` (a failed or stubbed import)."""
     for name in [m for m in sys.modules if m == prefix or m.startswith(prefix + ".")]:
         del sys.modules[name]
 
@@ -118,7 +116,7 @@ def import_byzfl(target: Path = DEPS) -> tuple[types.ModuleType | None, str | No
                 return mod, None
             except ModuleNotFoundError as e:  # a missing dependency: stub it and retry
                 missing = e.name or ""
-                _drop("byzfl")
+                drop_modules("byzfl")
                 if not missing or missing.startswith("byzfl") or missing in stubbed:
                     return None, f"import byzfl failed: {e}"
                 parts = missing.split(".")
@@ -128,7 +126,7 @@ def import_byzfl(target: Path = DEPS) -> tuple[types.ModuleType | None, str | No
                         sys.modules[sub] = stub_module(sub)
                         stubbed.append(sub)
             except Exception as e:  # any other import-time failure: skip the group, say why
-                _drop("byzfl")
+                drop_modules("byzfl")
                 return None, f"import byzfl failed: {type(e).__name__}: {e}"
         return None, f"import byzfl failed: still missing modules after stubbing {', '.join(stubbed)}"
     finally:

@@ -20,12 +20,11 @@ The class names and signatures were read from the 0.1.4 wheel (``byzpy/aggregato
 from __future__ import annotations
 
 import importlib
-import subprocess
 import sys
 import types
 from pathlib import Path
 
-from .byzfl_env import stub_module
+from .byzfl_env import drop_modules, pip_install, stub_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPS = ROOT / "runs" / "bench-deps-byzpy"
@@ -61,30 +60,7 @@ def installed(target: Path = DEPS) -> bool:
 
 def install(target: Path = DEPS) -> str | None:
     """pip-install ByzPy (no dependencies) into ``target``; None on success, else the reason."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--target",
-        str(target),
-        BYZPY_SPEC,
-    ]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"pip install {BYZPY_SPEC} failed: {e}"
-    if done.returncode != 0 or not installed(target):
-        lines = [ln for ln in (done.stderr or done.stdout or "").strip().splitlines() if "WARNING" not in ln]
-        return f"pip install {BYZPY_SPEC} failed: {lines[-1] if lines else f'exit {done.returncode}'}"
-    return None
-
-
-def _drop(prefix: str) -> None:
-    for name in [m for m in sys.modules if m == prefix or m.startswith(prefix + ".")]:
-        del sys.modules[name]
+    return pip_install(BYZPY_SPEC, target, installed)
 
 
 def import_byzpy(target: Path = DEPS) -> tuple[types.SimpleNamespace | None, str | None]:
@@ -101,7 +77,7 @@ def import_byzpy(target: Path = DEPS) -> tuple[types.SimpleNamespace | None, str
                 return types.SimpleNamespace(__file__=root.__file__, **found), None
             except ModuleNotFoundError as e:  # a declared dependency that is absent: stub it, retry
                 missing = e.name or ""
-                _drop("byzpy")
+                drop_modules("byzpy")
                 if not missing or missing.startswith("byzpy") or missing in stubbed:
                     return None, f"import byzpy failed: {e}"
                 parts = missing.split(".")
@@ -111,7 +87,7 @@ def import_byzpy(target: Path = DEPS) -> tuple[types.SimpleNamespace | None, str
                         sys.modules[sub] = stub_module(sub)
                         stubbed.append(sub)
             except Exception as e:  # any other import-time failure: the caller skips, saying why
-                _drop("byzpy")
+                drop_modules("byzpy")
                 return None, f"import byzpy failed: {type(e).__name__}: {e}"
         return None, f"import byzpy failed: still missing modules after stubbing {', '.join(stubbed)}"
     finally:

@@ -150,6 +150,18 @@ def _ctx(f: int, seed: int = 0) -> Any:
     return DefenseContext(assumed_byzantine=f, generator=torch.Generator().manual_seed(seed))
 
 
+def _seeded(rule: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """``rule`` run with torch's global generator seeded 0 and restored after (ByzFL's CAF and SMEA
+    draw their power-iteration starts from it): the same draw every call."""
+
+    def call(x: Tensor) -> Tensor:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            return rule(x)
+
+    return call
+
+
 def _rf(name: str, f: int, **params: Any) -> Callable[[Tensor], Tensor]:
     rule, ctx = create(name, **params), _ctx(f)
     return lambda u: rule(u, ctx).vector
@@ -298,14 +310,7 @@ def build(name: str, fl: Any, py: Any, u: Tensor, f: int) -> Case:
     elif name == "caf":
         add("robustfl", f"caf, f_hat={f}", _rf("caf", f))
         if fl is not None:
-            caf = fl.CAF(f=f)
-
-            def theirs_caf(x: Tensor) -> Tensor:
-                with torch.random.fork_rng():
-                    torch.manual_seed(0)
-                    return caf(x)
-
-            add("byzfl", f"CAF(f={f}) (torch seeded 0)", theirs_caf)
+            add("byzfl", f"CAF(f={f}) (torch seeded 0)", _seeded(fl.CAF(f=f)))
         if py is not None:
             add("byzpy", f"CAF(f={f}) (power_iters=3)", py.CAF(f=f).aggregate)
     elif name == "mda":
@@ -317,14 +322,7 @@ def build(name: str, fl: Any, py: Any, u: Tensor, f: int) -> Case:
     elif name == "smea":
         add("robustfl", f"smea, f_hat={f}", _rf("smea", f, max_subsets=10**8))
         if fl is not None:
-            smea = fl.SMEA(f=f)
-
-            def theirs_smea(x: Tensor) -> Tensor:
-                with torch.random.fork_rng():
-                    torch.manual_seed(0)
-                    return smea(x)
-
-            add("byzfl", f"SMEA(f={f}) (torch seeded 0)", theirs_smea)
+            add("byzfl", f"SMEA(f={f}) (torch seeded 0)", _seeded(fl.SMEA(f=f)))
         if py is not None:
             add("byzpy", f"SMEA(f={f})", py.SMEA(f=f).aggregate)
     elif name == "nnm":

@@ -12,9 +12,9 @@ single honest rows (the lower-bound construction), rows along +-the honest mean,
 std, the top principal directions and seeded random directions at log-spaced distances (refined
 around the best), and ends with gradient ascent through the rule where it is differentiable. It is
 at least as strong as every fixed attack it starts from. ``budget``: the defense evaluations per
-round (default 200; each costs one defense call on the round's rows: 0.19 s for the median and
-0.15 s for Krum at K = 50, P = 10^5 on one core, so ~35 s a round there -- set it lower for big
-models; ``robustfl kappa`` uses 1000 on its small rows).
+round (default 200; each costs one defense call on a copy of the round's rows, so a round costs
+about ``budget`` aggregations -- set it lower for big models; ``robustfl kappa`` uses 1000 on its
+small rows).
 Deterministic from the round's attack stream. Needs ORACLE and HONEST (full knowledge).
 ``last_stats``: ``kappa`` (the best kappa_hat), ``evaluations``, ``best_fixed`` (the best fixed
 attack's kappa_hat) and ``gain`` (kappa / best_fixed).

@@ -11,18 +11,19 @@ from typing import Any
 from ..errors import ConfigError
 
 
-def csv_list(text: str | None, kind: str) -> list[Any] | None:
-    """``--attacks a,b`` as a list (ints for ``--seeds``); None when the option was not given."""
+def csv_list(text: str | None, kind: str, integers: bool | None = None) -> list[Any] | None:
+    """``--attacks a,b`` as a list (ints with ``integers``, by default for ``--seeds``); None when
+    the option was not given."""
     if text is None:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise ConfigError(f"--{kind} must list at least one value, got {text!r}")
-    if kind == "seeds":
+    if integers if integers is not None else kind == "seeds":
         try:
             return [int(t) for t in items]
         except ValueError:
-            raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
+            raise ConfigError(f"--{kind} must be comma-separated integers, got {text!r}") from None
     return items
 
 

@@ -57,16 +57,6 @@ def rule_spec(token: str) -> Any:
     return parts[0] if len(parts) == 1 else {"name": parts[-1], "pre": parts[:-1]}
 
 
-def _ints(text: str | None, kind: str) -> list[int] | None:
-    items = csv_list(text, kind)
-    if items is None:
-        return None
-    try:
-        return [int(t) for t in items]
-    except ValueError:
-        raise ConfigError(f"--{kind} must be comma-separated integers, got {text!r}") from None
-
-
 def _pairs(text: str | None) -> list[tuple[int, int]]:
     out = []
     for item in csv_list(text, "misspecified") or []:
@@ -119,7 +109,7 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     from ..theory.kappa_families import FAMILIES, task_rounds
 
     rules = [rule_spec(t) for t in (csv_list(args.rules, "rules") or [])] or list(K.DEFAULT_RULES)
-    fs = _ints(args.f, "f")
+    fs = csv_list(args.f, "f", integers=True)
     families = csv_list(args.families, "families") or list(FAMILIES)
     for fam in families:
         if fam not in FAMILIES:

@@ -165,8 +165,8 @@ def mean_of_order_stats(updates: Tensor, lo: int, hi: int) -> Tensor:
     NaN sorts above +inf (numpy and torch agree), so a NaN entry acts as the largest value. On CPU
     (float32/float64) with K <= 128 rows: a compiled sorting network over column blocks
     (:func:`robustfl._order_stats.order_stat_mean`: the order statistics summed in float64, in
-    order; ~85 ms for (50, 1e6) float32 on one core, 5-6 x one ``U.sum(0)``), on torch's thread
-    count; with more rows ``numpy.partition`` (one selection pass, ~1 s there) split over torch's
+    order; 4-5 x one ``U.sum(0)`` at (50, 1e6) float32 in the floors benchmark), on torch's thread
+    count; with more rows ``numpy.partition`` (one selection pass) split over torch's
     threads by column (:func:`by_columns`); elsewhere ``torch.sort`` along dim 0. Each is
     bit-identical for any thread count.
     """

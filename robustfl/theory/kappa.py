@@ -17,6 +17,7 @@ row says ``exceeds_bound`` and the inputs that show it are saved (``save_dir``) 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -174,9 +175,7 @@ def measure(
     def evaluate(byz: Tensor) -> Tensor:
         rule.reset()
         g = C.named_generator(seed, "defense")
-        return rule(
-            torch.cat([honest, byz.to(honest)]), DefenseContext(**{**ctx.__dict__, "generator": g})
-        ).vector
+        return rule(torch.cat([honest, byz.to(honest)]), dataclasses.replace(ctx, generator=g)).vector
 
     names = [n for n, origin in attacks.registry.items() if origin == "built-in" and n != "worst_case"]
     start = time.perf_counter()
