@@ -52,20 +52,35 @@ def monna_ref(u: np.ndarray, f: int, pivot: np.ndarray) -> tuple[np.ndarray, lis
     return np.mean([u[i] for i in chosen], axis=0), sorted(chosen)
 
 
-def foundationfl_ref(u: np.ndarray, f: int, rule: str, m: int) -> np.ndarray:
+def foundationfl_ref(u: np.ndarray, f: int, rule: str, m: int) -> tuple[np.ndarray, int]:
+    """Fang et al. (NDSS 2025) Eqs. (2)-(7): extremes per coordinate, s_i = min(||u_i - g_max||,
+    ||u_i - g_min||), i* = the first argmax, m copies of u_i*, then the trimmed mean (c = f) or the
+    median of the K + m values per coordinate. Returns (the aggregate, i*)."""
     k, p = u.shape
-    hi = np.array([max(u[:, j]) for j in range(p)])
-    lo = np.array([min(u[:, j]) for j in range(p)])
-    s_hi = sum(float(np.linalg.norm(hi - row)) for row in u)
-    s_lo = sum(float(np.linalg.norm(lo - row)) for row in u)
-    e = hi if s_hi < s_lo else lo
-    rows = list(u) + [e] * m
+    g_max = [max(u[i][j] for i in range(k)) for j in range(p)]
+    g_min = [min(u[i][j] for i in range(k)) for j in range(p)]
+    s = [
+        min(
+            math.sqrt(sum((u[i][j] - g_max[j]) ** 2 for j in range(p))),
+            math.sqrt(sum((u[i][j] - g_min[j]) ** 2 for j in range(p))),
+        )
+        for i in range(k)
+    ]
+    star = 0
+    for i in range(k):
+        if s[i] > s[star]:
+            star = i
+    rows = [list(r) for r in u] + [list(u[star])] * m
     out = np.empty(p)
     for j in range(p):
         col = sorted(r[j] for r in rows)
-        kept = col[f : len(col) - f]
-        out[j] = float(np.median(col)) if rule == "median" else sum(kept) / len(kept)
-    return out
+        if rule == "median":
+            n = len(col)
+            out[j] = col[n // 2] if n % 2 else (col[n // 2 - 1] + col[n // 2]) / 2
+        else:
+            kept = col[f : len(col) - f]
+            out[j] = sum(kept) / len(kept)
+    return out, star
 
 
 def lbfgs_ref(ss: list[np.ndarray], ys: list[np.ndarray], v: np.ndarray) -> np.ndarray:
@@ -114,11 +129,19 @@ def test_foundationfl_matches_transcription(
     k: int, p: int, f: int, scale: float, seed: int, rule: str
 ) -> None:
     u = bank(k, p, f, scale, seed)
+    expected, star = foundationfl_ref(u, f, rule, k // 2)
     out = D.create("foundationfl", rule=rule)(torch.from_numpy(u), ctx(f))
-    assert_rel(out.vector, foundationfl_ref(u, f, rule, f))
-    assert out.stats["num_synthetic"] == f
-    out = D.create("foundationfl", rule=rule, synthetic=2)(torch.from_numpy(u), ctx(f))
-    assert_rel(out.vector, foundationfl_ref(u, f, rule, 2))
+    assert_rel(out.vector, expected)
+    assert out.stats["num_synthetic"] == k // 2 and out.stats["selected_index"] == star
+    assert out.stats["tie_break"] == 0.0 and out.stats["score_gap"] > 1e-6
+    for m in (0, 2, 3 * k):
+        if rule == "trimmed_mean" and k + m <= 2 * f:
+            continue
+        out = D.create("foundationfl", rule=rule, synthetic=m)(torch.from_numpy(u), ctx(f))
+        assert_rel(out.vector, foundationfl_ref(u, f, rule, m)[0])
+    plain = D.create(rule)(torch.from_numpy(u), ctx(f)).vector  # m = 0: the foundational rule itself
+    bare = D.create("foundationfl", rule=rule, synthetic=0)(torch.from_numpy(u), ctx(f)).vector
+    assert torch.equal(bare, plain)
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -146,9 +169,13 @@ def test_fldetector_lbfgs_and_first_rounds(scale: float) -> None:
 
 def test_f_zero_is_the_mean_and_ties_go_to_the_lower_index() -> None:
     u = bank(6, 4, 0, 1.0, 1)
-    for name in ("smea", "monna", "foundationfl"):
+    for name in ("smea", "monna"):
         c = ctx(0, reference=torch.zeros(4, dtype=torch.float64))
         assert_rel(D.create(name)(torch.from_numpy(u), c).vector, u.mean(0), rtol=1e-14)
+    # FoundationFL with f = 0: the mean of the K + m rows, u_i* counted m + 1 times
+    out = D.create("foundationfl")(torch.from_numpy(u), ctx(0))
+    i = int(out.stats["selected_index"])
+    assert_rel(out.vector, (u.sum(0) + 3 * u[i]) / 9, rtol=1e-14)
     # four equidistant rows around the reference: the boundary tie keeps the lower indices
     v = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
     out = D.create("monna")(torch.from_numpy(v), ctx(1, reference=torch.zeros(2, dtype=torch.float64)))
@@ -195,14 +222,55 @@ def test_preconditions_and_refusals() -> None:
     assert "permutation_invariant" not in D.create("monna", pivot=0).properties
 
 
-def test_foundationfl_balances_a_one_sided_push() -> None:
-    """f rows pushed far up: e_min is chosen and f copies of it make the median the honest median."""
+def test_foundationfl_small_case_by_hand() -> None:
+    """K = 5, f = 1: g_max = (10, 10), g_min = (0, 0); s = (0, sqrt 2, 2 sqrt 2, 3, 0) (row 3:
+    min(||(-7, -10)||, ||(3, 0)||) = 3), so i* = 3 and m = floor(5 / 2) = 2 copies of (3, 0) join.
+    Coordinate 0: 0 1 2 3 3 3 10, coordinate 1: 0 0 0 0 1 2 10. Trimmed mean (drop one each side):
+    (1 + 2 + 3 + 3 + 3) / 5 = 2.4 and (0 + 0 + 0 + 1 + 2) / 5 = 0.6; median: the 4th values, 3 and 0."""
+    u = torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 0.0], [10.0, 10.0]], dtype=torch.float64)
+    out = D.create("foundationfl")(u, ctx(1))
+    assert out.vector.tolist() == pytest.approx([2.4, 0.6], rel=1e-15)
+    assert out.stats == pytest.approx(
+        {"selected_index": 3.0, "num_synthetic": 2.0, "score_gap": 1 - 2 * math.sqrt(2) / 3, "tie_break": 0.0}
+    )
+    assert D.create("foundationfl", rule="median")(u, ctx(1)).vector.tolist() == [3.0, 0.0]
+    # an explicit m: 4 copies make (3, 0) the trimmed mean's majority: 0 1 2 3 3 3 3 3 10 -> 18 / 7
+    out = D.create("foundationfl", synthetic=4)(u, ctx(1))
+    assert out.vector.tolist() == pytest.approx([18 / 7, 3 / 7], rel=1e-15)
+
+
+def test_foundationfl_edges() -> None:
+    # a one-sided push: the pushed rows sit on g_max (score 0), so an honest row is copied
     rng = np.random.default_rng(0)
     honest = rng.normal(size=(7, 5))
     u = np.concatenate([honest, np.full((3, 5), 1e6)])
     out = D.create("foundationfl", rule="median")(torch.from_numpy(u), ctx(3))
-    assert out.stats["chose_max"] == 0.0
-    assert_rel(out.vector, np.median(honest, axis=0), rtol=1e-14)
+    assert out.stats["selected_index"] < 7 and out.stats["num_synthetic"] == 5
+    v = out.vector.numpy()
+    assert np.all(v >= honest.min(0)) and np.all(v <= honest.max(0))
+    # odd K rounds down; a non-finite row is never chosen and leaves the extremes and scores alone
+    w = bank(7, 4, 2, 1.0, 5)
+    expected, star = foundationfl_ref(w, 2, "trimmed_mean", 3)
+    out = D.create("foundationfl")(torch.from_numpy(w), ctx(2))
+    assert out.stats["num_synthetic"] == 3 and out.stats["selected_index"] == star
+    assert_rel(out.vector, expected)
+    for bad in (math.nan, math.inf):
+        x = np.concatenate([w, np.full((1, 4), bad)])
+        out = D.create("foundationfl", rule="median")(torch.from_numpy(x), ctx(2))
+        assert out.stats["selected_index"] == star
+    assert D.create("foundationfl")(torch.full((4, 3), math.nan, dtype=torch.float64), ctx(1)).stats[
+        "selected_index"
+    ] == 0.0
+    # identical rows: every score is 0, row 0 is copied, no tie is reported (the copies are equal)
+    same = torch.ones(5, 3, dtype=torch.float64)
+    out = D.create("foundationfl")(same, ctx(2))
+    assert torch.equal(out.vector, same[0]) and out.stats["tie_break"] == 0.0
+    # two different rows with the best score: the lower index, reported as a tie
+    line = torch.tensor([[0.0], [1.0], [3.0], [4.0]], dtype=torch.float64)
+    out = D.create("foundationfl", rule="median")(line, ctx(1))
+    assert out.stats["selected_index"] == 1.0 and out.stats["tie_break"] == 1.0
+    assert out.stats["score_gap"] == 0.0
+    assert out.vector.tolist() == [1.0]  # 0 1 1 1 3 4 -> (1 + 1) / 2
 
 
 def test_kmeans_1d_is_the_exact_optimum() -> None:
