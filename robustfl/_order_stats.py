@@ -16,7 +16,8 @@ fixed order, so the result is bit-identical for any number of threads and any bl
 comparators grow as N log^2 N, so above ``MAX_K`` rows the caller uses a selection instead.
 
 Compiled by numba (a dependency: 35 MB + llvmlite 173 MB installed, 0.36 s to import, ~3 s to
-compile once per dtype, cached on disk after).
+compile once per dtype, cached on disk after: the kernels live at module level in
+:mod:`robustfl._compiled`, where numba's cache finds them again in every new process).
 """
 
 from __future__ import annotations
@@ -49,51 +50,6 @@ def batcher_pairs(n: int) -> np.ndarray:
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-@cache
-def _kernels() -> Any:
-    import numba
-    from numba import njit, prange
-
-    @njit(cache=True, nogil=True)
-    def block(a: Any, j0: int, j1: int, pairs: Any, lo: int, hi: int, out: Any, buf: Any) -> None:
-        k, width, n = a.shape[0], j1 - j0, buf.shape[0]
-        for r in range(k):
-            for b in range(width):
-                buf[r, b] = a[r, j0 + b]
-        for r in range(k, n):
-            for b in range(width):
-                buf[r, b] = np.nan
-        for c in range(pairs.shape[0]):
-            i, j = pairs[c, 0], pairs[c, 1]
-            if i >= k:  # both rows are padding (i < j)
-                continue
-            ri, rj = buf[i], buf[j]
-            for b in range(width):
-                x, y = ri[b], rj[b]
-                swap = (x > y) | (x != x)  # NaN is the largest value
-                ri[b] = y if swap else x
-                rj[b] = x if swap else y
-        count = hi - lo + 1
-        for b in range(width):
-            s = 0.0
-            for r in range(lo, hi + 1):
-                s += np.float64(buf[r, b])
-            out[j0 + b] = s / count
-
-    @njit(parallel=True, cache=True)
-    def run(a: Any, pairs: Any, lo: int, hi: int, width: int, n: int) -> Any:
-        p = a.shape[1]
-        out = np.empty(p, dtype=a.dtype)
-        blocks = (p + width - 1) // width
-        for bi in prange(blocks):
-            j0 = bi * width
-            buf = np.empty((n, width), dtype=a.dtype)
-            block(a, j0, min(p, j0 + width), pairs, lo, hi, out, buf)
-        return out
-
-    return numba, run
-
-
 def order_stat_mean(a: np.ndarray, lo: int, hi: int, threads: int = 1) -> np.ndarray:
     """Per column of the (K, P) float32/float64 array ``a`` (K <= MAX_K), the mean of its order
     statistics lo..hi, in ``a``'s dtype; ``threads`` numba threads (the result does not depend on it)."""
@@ -103,6 +59,10 @@ def order_stat_mean(a: np.ndarray, lo: int, hi: int, threads: int = 1) -> np.nda
             f"order_stat_mean: a {a.shape}, lo = {lo}, hi = {hi}: expected 0 <= lo <= hi < K <= {MAX_K}"
         )
     n = 1 << max(0, (k - 1).bit_length())
-    numba, run = _kernels()
-    numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
-    return np.asarray(run(np.ascontiguousarray(a), batcher_pairs(n), lo, hi, BLOCK, n))
+    import numba
+
+    from . import _compiled  # numba's kernels, imported on first use
+
+    config: Any = numba.config  # its attributes are set at import time (untyped)
+    numba.set_num_threads(max(1, min(int(threads), config.NUMBA_NUM_THREADS)))
+    return np.asarray(_compiled.order_stat_mean(np.ascontiguousarray(a), batcher_pairs(n), lo, hi, BLOCK, n))

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .._order_stats import MAX_K, order_stat_mean
 from ..capabilities import DefenseBase
-from ..kernels import row_norms, smallest_sums, sq_distances
+from ..kernels import krum_neighbours, row_norms, smallest_sums, sq_distances
 from ..types import DefenseContext
 
 _CHUNK = 1 << 16
@@ -105,6 +105,42 @@ def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor
         (key[order[m - 1]] == key[order[m]]) & (bad[order[m - 1]] == bad[order[m]])
     )
     return pool[order[:m]], scores, tied
+
+
+def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
+    """Bulyan's selection: ``count`` rows picked one at a time by Krum (f-hat ``f``) from the
+    shrinking pool, each pick the one :func:`select_lowest` makes (m = 1), in pick order.
+
+    The float64 scores and their error intervals come from a compiled kernel
+    (:func:`robustfl._compiled.krum_pick`); when intervals overlap at the top, the rows that may
+    be first are re-scored from ``Distances.refined`` as in :func:`select_lowest` (the lowest
+    exact score wins, ties to the lowest index); a non-finite row or no neighbours leave the
+    pick to :func:`select_lowest` itself. Same picks (tested), ~30 x fewer interpreter steps.
+    """
+    from .. import _compiled  # numba, on first use
+
+    k = dist.sq.shape[0]
+    sq = dist.sq.to(torch.float64).cpu().numpy()
+    norms2 = dist.norms2.to(torch.float64).cpu().numpy()
+    tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
+    left = np.arange(k, dtype=np.int64)
+    amb = np.zeros(k, dtype=np.bool_)
+    picks = []
+    for _ in range(count):
+        n = krum_neighbours(len(left), f)
+        pick = _compiled.krum_pick(sq, norms2, left, n, tol, amb) if n > 0 else -1
+        pool = torch.from_numpy(left).to(dist.sq.device)
+        if pick == -2:  # may be first: re-score those rows in float64, as select_lowest does
+            rows = torch.from_numpy(np.flatnonzero(amb[: len(left)])).to(dist.sq.device)
+            exact = dist.refined(int(pool[rows[0]]))[pool[rows]][:, pool]
+            exact[torch.arange(len(rows), device=exact.device), rows] = math.inf  # not itself
+            scores = torch.topk(exact, n, dim=1, largest=False).values.sum(1)
+            pick = int(pool[rows[int(torch.argmin(scores))]])  # argmin: the first among equals
+        elif pick < 0:
+            pick = int(select_lowest(dist, pool, n, 1)[0][0])
+        picks.append(pick)
+        left = left[left != pick]
+    return torch.tensor(picks, dtype=torch.long, device=dist.sq.device)
 
 
 def nearest(dist: Distances, m: int) -> Tensor:

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from ..kernels import check_updates, krum_neighbours
+from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
 from ._select import (
     Distances,
@@ -38,7 +38,7 @@ from ._select import (
     f_hat,
     kth_smallest,
     mean_of_order_stats,
-    select_lowest,
+    repeated_krum,
 )
 
 
@@ -58,14 +58,8 @@ class Bulyan(Rule):
         theta, beta = k - 2 * f, k - 4 * f
         if beta < 1:
             raise InputError(f"bulyan: needs K >= 4 f_hat + 1 rows, got K = {k}, f_hat = {f}")
-        dist = Distances.of(updates)
-        pool = torch.arange(k, device=updates.device)
-        picks = []
-        for _ in range(theta):  # repeated Krum on the shrinking pool, one distance matrix
-            sel, _, _ = select_lowest(dist, pool, krum_neighbours(len(pool), f), 1)
-            picks.append(sel)
-            pool = pool[pool != sel[0]]
-        chosen = updates[torch.sort(torch.cat(picks)).values]  # original index order
+        picks = repeated_krum(Distances.of(updates), f, theta)  # one distance matrix
+        chosen = updates[torch.sort(picks).values]  # original index order
         med = mean_of_order_stats(chosen, (theta - 1) // 2, theta // 2)
         dev = (chosen - med).abs()
         thr = kth_smallest(dev, beta - 1)  # the beta-th smallest deviation of each coordinate
