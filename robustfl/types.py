@@ -4,15 +4,18 @@
 * :class:`DefenseContext` -- what the server knows in a round (never which rows are Byzantine).
 * :class:`Knowledge` and :class:`AttackContext` -- what an attacker is granted.
 * :class:`Defense` and :class:`Attack` -- the two protocols plugins implement.
+* :func:`layer_ends`, :func:`restrict_layers`, :func:`layers_error` -- a model's layer boundaries
+  as ``DefenseContext.layers`` states them, for the full vector and for PSFed's shared coordinates.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 
@@ -38,6 +41,16 @@ class DefenseContext:
     client each row came from; ``num_samples`` each row's sample count (None = equal weights);
     ``reference`` the server's own update on its root data (None without root data);
     ``coordinates`` the indices of the shared coordinates under PSFed (None = all).
+
+    ``layers``: where the model's parameter tensors (its layers) end in the rows, as cumulative
+    end offsets, strictly increasing, the last equal to the rows' width: a model with a (5, 20)
+    weight then a (5,) bias has ``layers = (100, 105)``; layer i is ``row[a:b]`` with
+    ``b = layers[i]`` and ``a = layers[i - 1]`` (0 for i = 0). The tensors are in the order the
+    flat vector lays them out (the task's ``named_parameters`` order; in Flower, the global
+    model's floating arrays in key order). Under PSFed the offsets describe the rows as passed:
+    the shared coordinates of each layer, in the rows' order (:func:`restrict_layers`), layers
+    with no shared coordinate left out. None = unknown (synthetic rows, a context built by hand,
+    a plugin task that does not say); layer-wise rules then say what they do instead.
     """
 
     round: int = 0
@@ -48,6 +61,48 @@ class DefenseContext:
     reference: Tensor | None = None
     coordinates: Tensor | None = None
     generator: Any = None  # torch.Generator
+    layers: tuple[int, ...] | None = None
+
+
+def layer_ends(sizes: Iterable[int]) -> tuple[int, ...]:
+    """End offsets of tensors of ``sizes`` entries laid out one after another (empty ones left out):
+    ``layer_ends([100, 5]) == (100, 105)``."""
+    ends, at = [], 0
+    for n in sizes:
+        if n > 0:
+            at += int(n)
+            ends.append(at)
+    return tuple(ends)
+
+
+def layers_error(layers: Any, width: int | None) -> str | None:
+    """Why ``layers`` cannot be ``DefenseContext.layers`` for rows of ``width`` coordinates (None
+    when it can; ``width`` None checks the form only): a tuple of strictly increasing integers
+    > 0 whose last is ``width`` (the empty tuple for width 0)."""
+    if not isinstance(layers, tuple) or not all(type(e) is int for e in layers):
+        return f"layers must be a tuple of integers, got {layers!r}"
+    if (layers and layers[0] <= 0) or any(a >= b for a, b in zip(layers, layers[1:], strict=False)):
+        return f"layers must be strictly increasing end offsets > 0, got {layers!r}"
+    if width is not None and (layers[-1] if layers else 0) != width:
+        return f"layers must end at the rows' width {width}, got {layers!r}"
+    return None
+
+
+def restrict_layers(layers: tuple[int, ...] | None, coordinates: Tensor | None) -> tuple[int, ...] | None:
+    """``layers`` (end offsets in the full vector) for rows that hold only ``coordinates`` (indices
+    into the full vector, in the rows' order): each layer's end is where its last shared coordinate
+    sits in the rows, plus one; layers with no shared coordinate are left out. ``coordinates`` None
+    (all shared): ``layers`` unchanged. None when ``layers`` is None, or when the coordinates
+    interleave layers (the rows then hold no layer as one block) or fall past ``layers[-1]``;
+    PSFed's are sorted."""
+    if layers is None or coordinates is None:
+        return layers
+    ends = torch.tensor(layers, dtype=torch.long)
+    which = torch.searchsorted(ends, coordinates.to(device="cpu", dtype=torch.long), right=True)
+    if which.numel() and (bool((which[1:] < which[:-1]).any()) or int(which.max()) >= len(layers)):
+        return None
+    change = torch.nonzero(which[1:] != which[:-1]).flatten() + 1
+    return tuple(int(i) for i in change) + ((int(which.numel()),) if which.numel() else ())
 
 
 class Knowledge(enum.Flag):

@@ -31,6 +31,8 @@ _BUILTINS = {
     "monna": "robustfl.defenses.monna:MoNNA",
     "foundationfl": "robustfl.defenses.foundationfl:FoundationFL",
     "fldetector": "robustfl.defenses.fldetector:FLDetector",
+    # -- issue 16, item 1 (lasa) --
+    "lasa": "robustfl.defenses.lasa:LASA",
 }
 
 PRE_BUILTINS = {

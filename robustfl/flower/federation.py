@@ -137,6 +137,7 @@ class ScenarioFederation:
             fraction_evaluate=0.0,
             min_train_nodes=k,
             min_available_nodes=k,
+            layers=self.problem.layers,  # the model's layers, as the engine's contexts say them
         )
 
     # -- the client: the engine's local training of client i -------------------------------------

@@ -3,7 +3,8 @@
 ``ModelLayout.of(arrays)`` reads the global model's ``ArrayRecord``: its keys in order, each
 array's shape and dtype. Floating arrays are the model's coordinates: :meth:`flatten` concatenates
 them, in that key order, into one float64 vector (P,) -- a reply's update row is
-``flatten(reply) - flatten(global)``, exactly as robustfl's engine forms ``w_k - w``. Integer and
+``flatten(reply) - flatten(global)``, exactly as robustfl's engine forms ``w_k - w`` -- and each
+is one of the model's layers (:attr:`layers`, the rows' ``DefenseContext.layers``). Integer and
 boolean arrays (BatchNorm's ``num_batches_tracked``, masks) are not coordinates: no defense sees
 them; they follow :data:`INTEGER_RULES` (the coordinate-wise lower median of the accepted replies
 by default, so that a minority cannot move a counter, or the global model's value kept as is).
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..types import layer_ends
 
 INTEGER_RULES = ("median", "keep")
 
@@ -56,6 +58,13 @@ class ModelLayout:
     @property
     def dim(self) -> int:
         return sum(int(np.prod(s)) for s, fl in zip(self.shapes, self.floating, strict=True) if fl)
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """Where each floating array ends in the rows (``DefenseContext.layers``): one layer per
+        array, in key order (empty arrays left out)."""
+        sizes = (int(np.prod(s)) for s, fl in zip(self.shapes, self.floating, strict=True) if fl)
+        return layer_ends(sizes)
 
     @property
     def integer_keys(self) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ from ..capabilities import DefenseBase
 from ..errors import ConfigError
 from ..scenario import count_of
 from ..simulation import components as C
-from ..types import Aggregate, DefenseContext
+from ..types import Aggregate, DefenseContext, layers_error
 from ._flwr import require
 from .adversary import MARK, ServerAdversary
 from .layout import INTEGER_RULES, ModelLayout, integer_arrays
@@ -99,6 +99,7 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
         integer_rule: str = "median",
         allow_outside_guarantee: bool = False,
         seed: int = 0,
+        layers: tuple[int, ...] | None = None,
         **fedavg: Any,
     ) -> None:
         super().__init__(**fedavg)
@@ -117,6 +118,8 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
             raise ConfigError(f"weights = {weights!r}: expected one of {', '.join(WEIGHTS)}")
         if integer_rule not in INTEGER_RULES:
             raise ConfigError(f"integer_rule = {integer_rule!r}: expected one of {', '.join(INTEGER_RULES)}")
+        if layers is not None and (why := layers_error(layers, None)) is not None:
+            raise ConfigError(why)
         if not (isinstance(max_num_examples, int) and max_num_examples >= 1):
             raise ConfigError(f"max_num_examples = {max_num_examples!r}: expected an integer >= 1")
         needs_ref = self.defense.needs_reference or (adversary is not None and adversary.needs_reference)
@@ -129,6 +132,7 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
         self.max_num_examples, self.reference_fn, self.adversary = max_num_examples, reference_fn, adversary
         self.integer_rule, self.seed = integer_rule, seed
         self.allow_outside_guarantee = allow_outside_guarantee
+        self.layers = layers
         self.needs_reference = needs_ref
         self.reset()
 
@@ -231,6 +235,9 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
             )
             return self._global, self._metrics(rec, [k[4] for k in kept])
         reference = self._reference(server_round, layout, w) if self.needs_reference else None
+        layers = layout.layers if self.layers is None else self.layers
+        if (why := layers_error(layers, int(w.shape[0]))) is not None:
+            raise ConfigError(f"{why} (the model's floating values)")
         weighted = self.weights == "num-examples"
         ctx = DefenseContext(
             round=server_round - 1,
@@ -240,6 +247,7 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
             num_samples=torch.tensor([k[2] for k in kept], dtype=torch.float64) if weighted else None,
             reference=reference,
             generator=self._g_defense,
+            layers=layers,
         )
         if self.adversary is not None:
             byz = torch.tensor([k[3] or self.adversary.owns(k[0]) for k in kept], dtype=torch.bool)

@@ -23,7 +23,7 @@ from ..capabilities import AttackBase, DefenseBase
 from ..federation import Algorithm, Sharing
 from ..kernels import row_norms
 from ..tasks.base import Problem
-from ..types import DefenseContext, Knowledge
+from ..types import DefenseContext, Knowledge, restrict_layers
 from .engine import gather_clients, local_train
 from .metrics import round_metrics
 from .results import Cell, clean_metrics
@@ -178,6 +178,7 @@ class FederatedStages:
             reference=reference,
             coordinates=r.coords,
             generator=self.g["defense"],
+            layers=restrict_layers(self.p.layers, r.coords),  # the model's, in the rows passed
         )
 
     # -- attack, aggregate, server step ---------------------------------------------------------

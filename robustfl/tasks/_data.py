@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.func import vmap
 
 from ..errors import ConfigError, DataError
-from ..types import TaskInfo
+from ..types import TaskInfo, layer_ends
 from ._flat import FlatModel, classifier_loss, classifier_predict
 from .base import LossFn, Partition, Problem
 from .partition import pad_clients, partition_indices
@@ -207,6 +207,7 @@ def classification_problem(
     test: tuple[Tensor, Tensor] | None,
     optimum: Tensor | None = None,
     extras: dict[str, object] | None = None,
+    layers: tuple[int, ...] | None = None,
 ) -> Problem:
     """Partition the labelled pool (x, y) among ``clients`` and assemble the Problem."""
     num_classes = info.num_classes
@@ -231,6 +232,7 @@ def classification_problem(
         test_data=test,
         predict=predict,
         extras=dict(extras or {}),
+        layers=layers,
     )
 
 
@@ -262,6 +264,7 @@ def image_problem(
     return classification_problem(
         info=info,
         dim=model.numel,
+        layers=layer_ends(model.sizes),
         dtype=torch.float32,
         loss=classifier_loss(model, l2),
         predict=classifier_predict(model),

@@ -9,6 +9,8 @@ Conventions
 -----------
 * Parameters are one flat ``(P,)`` tensor in ``Problem.dtype`` (float64 for the convex tasks,
   so that w* and drifts of 1e-4 are meaningful; float32 for neural tasks).
+* ``layers``: the cumulative end offsets of the model's parameter tensors in that vector, in its
+  layout order (``DefenseContext.layers``, which the engine fills from it); None if unknown.
 * ``client_data`` is a tuple of tensors, each ``(K_total, n_max, ...)``; ``client_mask`` is
   ``(K_total, n_max)`` bool (True = a real sample; padding is False); ``num_samples`` ``(K_total,)``.
 * ``loss(w, batch, mask)`` is the mean loss over the masked samples of one client's batch plus
@@ -60,6 +62,8 @@ class Problem:
     test_data: tuple[Tensor, Tensor] | None = None  # (x, y) for accuracy
     predict: Callable[[Tensor, Tensor], Tensor] | None = None  # (w, x) -> labels
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific (e.g. ridge's Sigma)
+    # where the model's parameter tensors end in w (DefenseContext.layers; None: unknown)
+    layers: tuple[int, ...] | None = None
 
     def init(self, generator: torch.Generator, scale: float) -> Tensor:
         """w0 ~ N(0, scale^2 I), never exactly zero."""

@@ -111,6 +111,7 @@ class LogReg(Task):
         return classification_problem(
             info=TaskInfo(name=self.name, num_classes=k, input_shape=(d,), is_image=False),
             dim=k * (d + 1),
+            layers=(k * d, k * (d + 1)),  # W (classes, dim), then b (classes)
             dtype=torch.float64,
             loss=loss,
             predict=predict,

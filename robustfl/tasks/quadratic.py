@@ -113,6 +113,7 @@ class Quadratic(Task):
         return Problem(
             info=TaskInfo(name=self.name, num_classes=None, input_shape=(d,), is_image=False),
             dim=d,
+            layers=(d,),  # one parameter vector
             dtype=torch.float64,
             loss=loss,
             client_data=data,
@@ -162,6 +163,7 @@ class Quadratic(Task):
         return Problem(
             info=TaskInfo(name=self.name, num_classes=None, input_shape=(d,), is_image=False),
             dim=d,
+            layers=(d,),  # one parameter vector
             dtype=dt,
             loss=loss,
             client_data=(s[:, None], z[:, None]),

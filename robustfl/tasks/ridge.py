@@ -114,6 +114,7 @@ class Ridge(Task):
         return Problem(
             info=TaskInfo(name=self.name, num_classes=None, input_shape=(d,), is_image=False),
             dim=d,
+            layers=(d,),  # one parameter vector
             dtype=torch.float64,
             loss=loss,
             client_data=data,

@@ -73,7 +73,8 @@ def make_defense_context(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
 ) -> DefenseContext:
-    """A full DefenseContext for K rows of width P, every field from ``seed`` (generator included)."""
+    """A full DefenseContext for K rows of width P, every field from ``seed`` (generator included);
+    ``layers`` splits the row in two (one layer when P = 1)."""
     g = torch.Generator().manual_seed(seed + 7919)
     model = (torch.randn(p, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
     ref = (torch.randn(p, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
@@ -86,6 +87,7 @@ def make_defense_context(
         reference=ref,
         coordinates=None,
         generator=torch.Generator().manual_seed(seed),
+        layers=tuple(sorted({e for e in (p // 2, p) if e > 0})),
     )
 
 

@@ -81,6 +81,7 @@ class TheoremStages:
             num_samples=self.st.num_samples,
             reference=g0,
             generator=self.defense_gen,
+            layers=(int(r.w.shape[0]),),  # the ridge model: one parameter vector
         )
 
     def attack(self, r: Round) -> None:

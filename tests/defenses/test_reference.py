@@ -256,6 +256,7 @@ REFERENCES = {  # built-in -> (module in tests/defenses, the test comparing it w
     "monna": ("test_set_b", "test_monna_matches_transcription"),
     "foundationfl": ("test_set_b", "test_foundationfl_matches_transcription"),
     "fldetector": ("test_set_b", "test_fldetector_lbfgs_and_first_rounds"),
+    "lasa": ("test_lasa", "test_lasa_matches_transcription"),
     "clipping": ("test_compose", "test_clipping_matches_literal"),
     "arc": ("test_compose", "test_arc_matches_literal"),
     "bucketing": ("test_compose", "test_bucketing_matches_literal_with_the_same_permutation"),

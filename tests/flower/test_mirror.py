@@ -54,6 +54,18 @@ def test_engine_and_flower_end_at_the_same_model(attack: str, defense: Any, wher
     )
 
 
+def test_the_mirror_tells_the_strategy_the_models_layers() -> None:
+    """The mirror sends one flat array, so it passes the task's layers on: a layer-wise rule (LASA)
+    on logistic regression (W then b) sees in Flower the contexts it sees in the engine."""
+    sc = load_scenario({**RIDGE, "task": {"name": "logreg", "dim": 4, "classes": 3},
+                        "federation": {"clients": 10, "rounds": 3}})
+    engine = simulate(sc, "sign_flip", "lasa", 0)
+    federation = ScenarioFederation(sc, "sign_flip", "lasa", 0)
+    assert federation.strategy.layers == (12, 15)
+    assert _rel(federation.run(), engine.final_model) <= 1e-12
+    assert federation.strategy.history[-1].stats["layers"] == 2.0
+
+
 def test_a_mirror_it_cannot_make_exact_is_refused() -> None:
     with pytest.raises(ConfigError, match="participation"):
         ScenarioFederation(load_scenario({**RIDGE, "federation": {"clients": 10, "participation": 0.5}}))

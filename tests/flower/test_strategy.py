@@ -17,6 +17,7 @@ pytest.importorskip("flwr")
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict  # noqa: E402
 
 from robustfl import defenses  # noqa: E402
+from robustfl.capabilities import DefenseBase  # noqa: E402
 from robustfl.errors import ConfigError  # noqa: E402
 from robustfl.flower import RobustStrategy  # noqa: E402
 from robustfl.simulation import components as C  # noqa: E402
@@ -87,6 +88,7 @@ def test_one_round_is_the_defense_on_the_same_rows_bit_for_bit(spec: Any, dtype:
         client_ids=torch.arange(K),
         reference=_flat(root, keys) - w64,
         generator=C.named_generator(0, "defense"),
+        layers=(24, 29),  # the model's arrays in key order: layer2.weight (4, 6), layer1.bias (5,)
     )
     rule = create_builtin(defenses.registry, spec) if isinstance(spec, str) else C.build_defense(spec)
     want = rule(rows, ctx)
@@ -198,6 +200,8 @@ def test_num_examples_buy_no_influence_by_default() -> None:
         ({"defense": "median", "server_lr": 0}, "server_lr = 0"),
         ({"defense": "median", "integer_rule": "mean"}, "integer_rule = 'mean'"),
         ({"defense": "medain"}, "medain"),
+        ({"defense": "lasa", "layers": (3, 3)}, "layers must be strictly increasing end offsets > 0"),
+        ({"defense": "lasa", "layers": [3]}, "layers must be a tuple of integers"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(kwargs: dict[str, Any], message: str) -> None:
@@ -213,3 +217,27 @@ def test_a_round_the_rule_cannot_take_keeps_the_model_and_says_why() -> None:
     result = run_strategy(strategy, scripted_client(lambda i, t, g: {"a": g["a"] + i}), 5, w)
     assert strategy.history[0].skipped is not None and "needs at least 7 rows" in strategy.history[0].skipped
     np.testing.assert_array_equal(result.arrays["a"].numpy(), w["a"])
+
+
+def test_layers_are_the_floating_arrays_unless_given() -> None:
+    """One layer per floating array in key order (the integer counter is no coordinate); a given
+    ``layers`` replaces them and must end at the model's floating values."""
+    w = {"b": np.zeros(3), "steps": np.zeros(1, dtype=np.int64), "a": np.zeros((2, 2))}
+    seen: list[Any] = []
+
+    class Spy(DefenseBase):
+        def __call__(self, updates: torch.Tensor, ctx: DefenseContext) -> Any:
+            seen.append(ctx.layers)
+            return defenses.create("fedavg")(updates, ctx)
+
+    def reply(i: int, t: int, g: Any) -> dict[str, np.ndarray]:
+        return {k: v + i if v.dtype.kind == "f" else v for k, v in g.items()}
+
+    for given, want in ((None, (3, 7)), ((1, 7), (1, 7))):
+        strategy = RobustStrategy("fedavg", fraction_evaluate=0.0, min_available_nodes=3, layers=given)
+        strategy.defense = Spy()
+        run_strategy(strategy, scripted_client(reply), 3, w)
+        assert seen.pop() == want
+    strategy = RobustStrategy("lasa", fraction_evaluate=0.0, min_available_nodes=3, layers=(1, 6))
+    with pytest.raises(Exception, match="layers must end at the rows' width 7"):
+        run_strategy(strategy, scripted_client(reply), 3, w)
