@@ -21,6 +21,7 @@ Built-ins are not re-checked (their own tests do that).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata as md
 import importlib.util
@@ -201,15 +202,27 @@ class Registry:
         return out
 
 
-def _check_params(kind: str, name: str, factory: Callable[..., Any], params: dict[str, Any]) -> None:
+@functools.lru_cache(maxsize=512)
+def _keywords(factory: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The keyword parameters ``factory`` takes; None when it takes any (``**kw``) or has no
+    signature. Cached: an attack that builds its base for every trial (``optimal``) asks often."""
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):
-        return
+        return None
     ps = sig.parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in ps):
+        return None
+    return tuple(p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _check_params(kind: str, name: str, factory: Callable[..., Any], params: dict[str, Any]) -> None:
+    try:
+        known = _keywords(factory)
+    except TypeError:  # an unhashable factory: look it up every time
+        known = _keywords.__wrapped__(factory)
+    if known is None:
         return
-    known = [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for key in params:
         if key not in known:
             import difflib

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, vmap
 
-from ..tasks.base import LossFn
+from ..tasks.base import LossFn, SharedGrad
 
 ExtraGrad = Callable[[Tensor], Tensor | None]
 CHUNK_ELEMENTS = 1 << 26  # values per gradient chunk (256 MB of float32)
@@ -50,6 +50,7 @@ def local_train(
     extra_grad: ExtraGrad | None = None,
     inplace: bool = False,
     point: Tensor | None = None,
+    shared_grad: SharedGrad | None = None,
 ) -> Tensor:
     """Train S clients from ``start`` (S, P); ``data`` tensors are (S, n_max, ...), ``mask`` (S, n_max).
 
@@ -57,10 +58,14 @@ def local_train(
     (FedProx's proximal pull, FedDyn's linear and quadratic terms) to each step's gradient.
     With ``inplace`` the caller hands over ``start`` (a fresh tensor) and gets it back trained,
     saving one (S, P) copy. ``point`` (P,): every row of ``start`` equals it; with ``steps == 1``
-    and no ``extra_grad`` the gradients are taken at it (see the module docstring).
+    and no ``extra_grad`` the gradients are taken at it (see the module docstring), by the task's
+    closed form ``shared_grad`` where it has one (bit for bit the same gradients).
     """
     shared = point if steps == 1 and extra_grad is None else None  # gradients taken at one point
-    per_client_grad = vmap(grad(loss), in_dims=(None, 0, 0)) if shared is not None else vmap(grad(loss))
+    if shared is not None:
+        per_client_grad = shared_grad if shared_grad is not None else vmap(grad(loss), in_dims=(None, 0, 0))
+    else:
+        per_client_grad = vmap(grad(loss))
     theta = start if inplace else start.clone()
     s_count, n_max = mask.shape
     if s_count == 0:

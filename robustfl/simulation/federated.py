@@ -146,6 +146,7 @@ class FederatedStages:
             extra_grad=extra if self.has_extra else None,
             inplace=True,
             point=w if self.sharing.common_start else None,
+            shared_grad=self.p.shared_grad,
         )
         if merged:
             r.extra["g0"] = theta[-1] - w
@@ -163,6 +164,7 @@ class FederatedStages:
                 local_train(
                     self.p.loss, w[None], self.root, self.root_mask, steps=fed["local_steps"],
                     lr=fed["local_lr"], batch_size=fed["batch_size"], generator=self.g["root"], point=w,
+                    shared_grad=self.p.shared_grad,
                 )[0]
                 - w
             )

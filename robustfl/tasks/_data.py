@@ -28,7 +28,7 @@ from torch.func import vmap
 from ..errors import ConfigError, DataError
 from ..types import TaskInfo, layer_ends
 from ._flat import FlatModel, classifier_loss, classifier_predict
-from .base import LossFn, Partition, Problem
+from .base import LossFn, Partition, Problem, SharedGrad
 from .partition import pad_clients, partition_indices
 
 # -- build arguments --------------------------------------------------------------------------
@@ -208,6 +208,7 @@ def classification_problem(
     optimum: Tensor | None = None,
     extras: dict[str, object] | None = None,
     layers: tuple[int, ...] | None = None,
+    shared_grad: SharedGrad | None = None,
 ) -> Problem:
     """Partition the labelled pool (x, y) among ``clients`` and assemble the Problem."""
     num_classes = info.num_classes
@@ -233,6 +234,7 @@ def classification_problem(
         predict=predict,
         extras=dict(extras or {}),
         layers=layers,
+        shared_grad=shared_grad,
     )
 
 

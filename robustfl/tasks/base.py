@@ -32,6 +32,8 @@ from torch import Tensor
 from ..types import TaskInfo
 
 LossFn = Callable[[Tensor, tuple[Tensor, ...], Tensor], Tensor]
+# (w (P,), batch (S, n, ...), mask (S, n)) -> (S, P): every client's gradient of ``loss`` at one point
+SharedGrad = Callable[[Tensor, tuple[Tensor, ...], Tensor], Tensor]
 
 
 @dataclass
@@ -64,6 +66,9 @@ class Problem:
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific (e.g. ridge's Sigma)
     # where the model's parameter tensors end in w (DefenseContext.layers; None: unknown)
     layers: tuple[int, ...] | None = None
+    # each client's gradient of ``loss`` at one shared point in closed form, bit for bit what
+    # ``vmap(grad(loss), in_dims=(None, 0, 0))`` gives (None: that is used)
+    shared_grad: SharedGrad | None = None
 
     def init(self, generator: torch.Generator, scale: float) -> Tensor:
         """w0 ~ N(0, scale^2 I), never exactly zero."""

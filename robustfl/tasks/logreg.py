@@ -96,6 +96,23 @@ class LogReg(Task):
             m = mask.to(per.dtype)
             return (m * per).sum() / m.sum().clamp(min=1.0) + 0.5 * l2 * (w * w).sum()
 
+        def shared_grad(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
+            """Every client's gradient of ``loss`` at w in closed form, written as the backward
+            pass autograd runs under ``vmap(grad(loss), in_dims=(None, 0, 0))`` (same kernels,
+            same order, bit for bit: tests/tasks/test_shared_grad.py), without the transforms'
+            per-operation cost (~3 x faster at 50 clients x 100 samples)."""
+            xb, yb = batch
+            z = logits(w, xb)  # (S, n, k)
+            lse = torch.logsumexp(z, dim=-1)
+            m = mask.to(z.dtype)
+            g_per = m * (1.0 / m.sum(-1).clamp(min=1.0))[:, None]  # d loss / d per-sample loss
+            g_z = g_per[..., None] * torch.exp(z - lse[..., None])  # logsumexp's backward
+            g_z = g_z.scatter_add(-1, yb[..., None], -g_per[..., None])  # the gather's backward
+            g_w = (xb.transpose(1, 2) @ g_z).transpose(1, 2)  # (S, k, d), as mm's backward forms it
+            g = torch.cat([g_w.reshape(len(xb), k * d), g_z.sum(1)], dim=1)
+            half = 0.5 * l2 * w
+            return g + (half + half)  # (w * w)'s two backward terms, summed first
+
         def predict(w: Tensor, xb: Tensor) -> Tensor:
             return logits(w, xb).argmax(dim=-1)
 
@@ -124,6 +141,7 @@ class LogReg(Task):
             test=test,
             optimum=optimum,
             extras={"means": means},
+            shared_grad=shared_grad,
         )
 
     def solve(self, x: Tensor, y: Tensor) -> Tensor:
