@@ -58,45 +58,79 @@ def order_stat_mean(a: Any, pairs: Any, lo: int, hi: int, width: int, n: int) ->
 
 
 @njit(cache=True, nogil=True)
-def krum_pick(sq: Any, norms2: Any, pool: Any, n: int, tol: float, amb: Any) -> int:
-    """Krum's pick from ``pool`` (ascending row indices) when float64 scores settle it.
-
-    Each pool row's score is the ascending sum of its ``n`` >= 1 smallest squared distances
-    ``sq`` (K, K; +inf where non-finite) to the other pool rows, with the error interval of
-    :func:`robustfl.defenses._select.select_lowest` (``tol`` x the chosen pairs' squared norms).
-    ``amb[a]`` is set for the pool rows whose interval reaches the lowest upper bound (no other
-    row surely precedes them). One such row is the pick; with several, -2: the caller re-scores
-    them exactly. -1 when a score is not finite.
-    """
-    m = pool.shape[0]
-    scores = np.empty(m)
-    errs = np.empty(m)
-    others = np.empty(m - 1)
-    cols = np.empty(m - 1, dtype=np.int64)
-    for a in range(m):
-        i = pool[a]
+def neighbour_orders(sq: Any) -> Any:
+    """(K, K - 1): each row's other rows by ascending ``sq`` (ties: lower index)."""
+    k = sq.shape[0]
+    out = np.empty((k, k - 1), dtype=np.int64)
+    for i in range(k):
+        row = np.empty(k - 1)
+        cols = np.empty(k - 1, dtype=np.int64)
         c = 0
-        for b in range(m):
-            if b != a:
-                others[c] = sq[i, pool[b]]
-                cols[c] = pool[b]
+        for j in range(k):
+            if j != i:
+                row[c], cols[c] = sq[i, j], j
                 c += 1
-        order = np.argsort(others, kind="mergesort")
-        s, e = 0.0, 0.0
-        for r in range(n):
-            s += others[order[r]]
-            e += norms2[i] + norms2[cols[order[r]]]
-        if not np.isfinite(s):
-            return -1
-        scores[a], errs[a] = s, tol * e
-    top = np.inf  # the lowest upper bound
-    for a in range(m):
-        top = min(top, scores[a] + errs[a])
-    first, count = -1, 0
-    for a in range(m):
-        amb[a] = scores[a] - errs[a] <= top  # not surely preceded by another row
-        if amb[a]:
-            count += 1
-            if first < 0:
-                first = a
-    return int(pool[first]) if count == 1 else -2
+        order = np.argsort(row, kind="mergesort")
+        for c in range(k - 1):
+            out[i, c] = cols[order[c]]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def krum_picks(
+    sq: Any, norms2: Any, orders: Any, alive: Any, f: int, count: int, tol: float, picks: Any, amb: Any
+) -> Any:
+    """Up to ``count`` successive Krum picks (f-hat ``f``) from the rows still ``alive`` (a pick
+    leaves: ``alive`` is updated), while float64 scores settle them. A pool row's score is the
+    ascending sum of its n = |pool| - f - 2 smallest squared distances ``sq`` (K, K; +inf where
+    non-finite) to the other pool rows (``orders``: :func:`neighbour_orders`), with the error
+    interval of :func:`robustfl.defenses._select.select_lowest` (``tol`` x the chosen pairs' squared
+    norms). A pick is settled when exactly one row's interval reaches the lowest upper bound.
+
+    Returns (picks made, written to ``picks``; status): status 0 when all ``count`` are made;
+    -2 when the next pick is unsettled, ``amb`` then marks, in pool order, the rows that may be
+    first (the caller re-scores them exactly); -1 when the next pick has a non-finite score or
+    no neighbours (the caller makes it).
+    """
+    k = sq.shape[0]
+    pool = np.empty(k, dtype=np.int64)
+    scores = np.empty(k)
+    errs = np.empty(k)
+    for made in range(count):
+        m = 0
+        for i in range(k):
+            if alive[i]:
+                pool[m] = i
+                m += 1
+        n = m - f - 2
+        if n <= 0:
+            return made, -1
+        for a in range(m):
+            i = pool[a]
+            s, e, taken = 0.0, 0.0, 0
+            for c in range(k - 1):
+                j = orders[i, c]
+                if alive[j]:
+                    s += sq[i, j]
+                    e += norms2[i] + norms2[j]
+                    taken += 1
+                    if taken == n:
+                        break
+            if not np.isfinite(s):
+                return made, -1
+            scores[a], errs[a] = s, tol * e
+        top = np.inf  # the lowest upper bound
+        for a in range(m):
+            top = min(top, scores[a] + errs[a])
+        first, count_amb = -1, 0
+        for a in range(m):
+            amb[a] = scores[a] - errs[a] <= top  # not surely preceded by another row
+            if amb[a]:
+                count_amb += 1
+                if first < 0:
+                    first = a
+        if count_amb > 1:
+            return made, -2
+        picks[made] = pool[first]
+        alive[pool[first]] = False
+    return count, 0
