@@ -177,10 +177,16 @@ def root_split(
 
 
 def weighted_objective(
-    loss: LossFn, data: tuple[Tensor, ...], mask: Tensor, counts: Tensor
+    loss: LossFn,
+    data: tuple[Tensor, ...],
+    mask: Tensor,
+    counts: Tensor,
+    batched_loss: LossFn | None = None,
 ) -> Callable[[Tensor], float]:
-    """F(w) = sum_k n_k F_k(w) / sum_k n_k, every client's loss at once."""
-    per_client = vmap(loss, in_dims=(None, 0, 0))
+    """F(w) = sum_k n_k F_k(w) / sum_k n_k, every client's loss at once: ``batched_loss`` (w,
+    (S, n, ...) batch, (S, n) mask) -> (S,) where the task writes one (bit for bit the vmap of
+    ``loss``, without its per-operation cost), else ``vmap(loss)``."""
+    per_client = batched_loss if batched_loss is not None else vmap(loss, in_dims=(None, 0, 0))
     weights = counts.to(torch.float64) / counts.sum()
 
     def objective(w: Tensor) -> float:
@@ -209,8 +215,10 @@ def classification_problem(
     extras: dict[str, object] | None = None,
     layers: tuple[int, ...] | None = None,
     shared_grad: SharedGrad | None = None,
+    batched_loss: LossFn | None = None,
 ) -> Problem:
-    """Partition the labelled pool (x, y) among ``clients`` and assemble the Problem."""
+    """Partition the labelled pool (x, y) among ``clients`` and assemble the Problem
+    (``batched_loss``: see :func:`weighted_objective`)."""
     num_classes = info.num_classes
     parts = partition_indices(y, clients, partition, generator, num_classes=num_classes)
     data, mask, counts = pad_clients((x, y), parts)
@@ -226,7 +234,7 @@ def classification_problem(
         client_data=data,
         client_mask=mask,
         num_samples=counts,
-        objective=weighted_objective(loss, data, mask, counts),
+        objective=weighted_objective(loss, data, mask, counts, batched_loss),
         optimum=optimum,
         root_data=root_data,
         root_mask=root_mask,

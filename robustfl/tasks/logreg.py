@@ -96,6 +96,15 @@ class LogReg(Task):
             m = mask.to(per.dtype)
             return (m * per).sum() / m.sum().clamp(min=1.0) + 0.5 * l2 * (w * w).sum()
 
+        def batched_loss(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
+            """(S,) every client's ``loss`` at w: the same operations on the (S, n, ...) batch,
+            bit for bit the vmap of ``loss`` (tests/tasks/test_shared_grad.py)."""
+            xb, yb = batch
+            z = logits(w, xb)
+            per = torch.logsumexp(z, dim=-1) - z.gather(-1, yb.unsqueeze(-1)).squeeze(-1)
+            m = mask.to(per.dtype)
+            return (m * per).sum(-1) / m.sum(-1).clamp(min=1.0) + 0.5 * l2 * (w * w).sum()
+
         def shared_grad(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
             """Every client's gradient of ``loss`` at w in closed form, written as the backward
             pass autograd runs under ``vmap(grad(loss), in_dims=(None, 0, 0))`` (same kernels,
@@ -142,6 +151,7 @@ class LogReg(Task):
             optimum=optimum,
             extras={"means": means},
             shared_grad=shared_grad,
+            batched_loss=batched_loss,
         )
 
     def solve(self, x: Tensor, y: Tensor) -> Tensor:

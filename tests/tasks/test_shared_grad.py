@@ -1,7 +1,7 @@
-"""A task's closed-form per-client gradient at one shared point (``Problem.shared_grad``) is bit
-for bit what ``vmap(grad(loss), in_dims=(None, 0, 0))`` gives -- the engine uses it in its
-place, so every result must stay the same to the last bit -- and a run with it equals a run
-without it."""
+"""A task's closed forms: the per-client gradient at one shared point (``Problem.shared_grad``)
+is bit for bit what ``vmap(grad(loss), in_dims=(None, 0, 0))`` gives, and the objective from
+the batched loss is the vmapped loss's. The engine uses them in their place, so every result
+must stay the same to the last bit; a run with them equals a run without them."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch.func import grad, vmap
 from robustfl.scenario import load_scenario
 from robustfl.simulation import runner
 from robustfl.tasks import create
+from robustfl.tasks._data import weighted_objective
 from robustfl.tasks.base import Partition
 
 
@@ -52,11 +53,26 @@ def test_logreg_shared_grad_is_vmap_grad_bit_for_bit(
         assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
+@pytest.mark.parametrize(("partition", "seed", "task"), CASES)
+def test_logreg_objective_is_the_vmapped_loss_bit_for_bit(
+    partition: Partition, seed: int, task: dict
+) -> None:
+    """The objective (F(w), every round's loss_gap) uses the batched loss: the same float."""
+    p = _problem(partition, seed, **task)
+    slow = weighted_objective(p.loss, p.client_data, p.client_mask, p.num_samples)
+    for s in range(3):
+        w = torch.randn(p.dim, dtype=p.dtype, generator=torch.Generator().manual_seed(s)) * 10.0 ** (s - 1)
+        assert p.objective(w) == slow(w)
+
+
 def test_a_run_with_the_closed_form_equals_a_run_without_it() -> None:
     sc = load_scenario("defenses")
     fast = runner.Simulation(sc, "alie", "median", 0)
     slow = runner.Simulation(sc, "alie", "median", 0)
-    slow.problem = dataclasses.replace(slow.problem, shared_grad=None)
+    p = slow.problem
+    slow.problem = dataclasses.replace(
+        p, shared_grad=None, objective=weighted_objective(p.loss, p.client_data, p.client_mask, p.num_samples)
+    )
     a, b = fast.run(), slow.run()
     assert torch.equal(a.final_model, b.final_model)
     assert a.cell.rounds == b.cell.rounds
