@@ -45,6 +45,7 @@ from ..scenario import Scenario
 from ..simulation import components as C
 from ..simulation.results import Cell, MatrixResult
 from ..simulation.runner import cell_config, reference_key
+from ..types import Knowledge
 from .executor import Executor, Progress
 from .interrupt import Interrupted, SigintGuard, interrupted_message
 from .jobs import fault_cell, load_plugins
@@ -66,6 +67,22 @@ def check_timeout(cell_timeout: float | None) -> float | None:
     if not ok or not math.isfinite(cell_timeout) or cell_timeout <= 0:
         raise ConfigError(f"--cell-timeout must be a positive number of seconds, got {cell_timeout!r}")
     return float(cell_timeout)
+
+
+def longest_first(jobs: Sequence[Job]) -> list[Job]:
+    """The cells in dispatch order: those whose attack searches with the defense as its oracle
+    (ORACLE knowledge: tens of defense calls a round, the matrix's longest cells) first, then the
+    rest, each group in plan order. Workers that start the long cells first do not end the
+    matrix with one of them running alone; results and their order in the output do not change."""
+    heavy: dict[str, bool] = {}
+
+    def rank(j: Job) -> int:
+        spec = repr(j.attack)
+        if spec not in heavy:
+            heavy[spec] = Knowledge.ORACLE in C.build_attack(j.attack).knowledge
+        return 0 if heavy[spec] else 1
+
+    return sorted(jobs, key=rank)
 
 
 def uses_processes(executor: str, workers: int, timeout: float | None) -> bool:
@@ -183,7 +200,7 @@ def run_matrix(
             def ref_of(j: Job) -> np.ndarray | None:
                 return refs.get(reference_key(j.scenario, j.seed))
 
-            cells = runner.cells(runnable, ref_of, finished_elsewhere, progress)
+            cells = runner.cells(longest_first(runnable), ref_of, finished_elsewhere, progress)
             with closing(cells):  # on Ctrl-C the executor's workers are stopped right here
                 for cell in cells:
                     record(cell)

@@ -290,3 +290,19 @@ def test_render_worst_case_footer_and_axis_tables(
     md = report.to_markdown(cells)
     assert "| **worst case** | 0.7 (alie) | 2 (alie) |" in md
     assert "| 1 | 0.7 | 2 |" in md and "| **worst case** | 0.75 (worst 0.8) | 1.2 (worst 2) |" in md
+
+
+def test_cells_whose_attack_calls_the_oracle_are_dispatched_first() -> None:
+    """LPT-style dispatch: the oracle-searching cells (optimal, worst_case) go to the workers
+    before the others, each group in plan order; the matrix's output keeps plan order."""
+    from robustfl.scenario import load_scenario
+    from robustfl.sweep.driver import longest_first
+    from robustfl.sweep.plan import plan
+
+    sc = load_scenario("defenses")
+    jobs = plan(sc, ["none", "optimal", "alie", "worst_case"], ["fedavg", "median"], [0, 1])
+    order = [(j.attack if isinstance(j.attack, str) else j.attack["name"]) for j in longest_first(jobs)]
+    assert order[:8] == ["optimal"] * 4 + ["worst_case"] * 4
+    assert order[8:] == ["none"] * 4 + ["alie"] * 4
+    rest = [j for j in longest_first(jobs) if j.attack == "none"]
+    assert [(j.defense, j.seed) for j in rest] == [("fedavg", 0), ("fedavg", 1), ("median", 0), ("median", 1)]
