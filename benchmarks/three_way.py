@@ -1,6 +1,7 @@
 """robustfl vs ByzFL vs ByzPy: every rule at least two of the three share, side by side in one process.
 
-``python -m benchmarks.three_way [--quick] [--json PATH] [--no-install] [--timeout S] [--repeats N]``
+``python -m benchmarks.three_way [--quick] [--json PATH] [--no-install] [--timeout S] [--repeats N]
+[--device cuda]``
 
 For each rule and setting, on one float32 (K, P) matrix (``rules.make_updates``: honest rows around
 a common mean, the last f sign-flipped; or, for ByzPy's published settings, i.i.d. N(0, 1) rows as
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -175,12 +177,12 @@ def _rf_pre(name: str, f: int, inplace: bool = False, **params: Any) -> Callable
 
 
 def as_tensor(out: Any) -> Tensor:
-    """A library's output as one float64 tensor ((P,) or (K', P))."""
+    """A library's output as one float64 CPU tensor ((P,) or (K', P))."""
     if isinstance(out, (list, tuple)):
         return torch.stack([as_tensor(o) for o in out])
     if isinstance(out, np.ndarray):
         return torch.from_numpy(out).to(torch.float64)
-    return out.detach().to(torch.float64)
+    return out.detach().to("cpu", torch.float64)
 
 
 def max_rel_diff(a: Tensor, ref: Tensor) -> float:
@@ -386,8 +388,30 @@ def build(name: str, fl: Any, py: Any, u: Tensor, f: int) -> Case:
 # -------------------------------------------------------------------------------------- running
 
 
-def run_case(case: Case, u: Tensor, repeats: int, timeout_s: float, budget_s: float) -> dict[str, Any]:
+def synced(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` followed by ``torch.cuda.synchronize()``: a GPU call is timed until its kernels finish."""
+
+    def call(x: Any) -> Any:
+        out = fn(x)
+        torch.cuda.synchronize()
+        return out
+
+    return call
+
+
+def run_case(
+    case: Case,
+    u: Tensor,
+    repeats: int,
+    timeout_s: float,
+    budget_s: float,
+    on_cpu: Case | None = None,
+) -> dict[str, Any]:
+    """Time ``case`` on ``u`` (on its device); with ``on_cpu`` (the same pairing built on the CPU
+    copy of ``u``) each library's output is also compared with its own output on the CPU."""
     k, p = u.shape
+    if u.is_cuda:
+        case = dataclasses.replace(case, fns={lib: synced(fn) for lib, fn in case.fns.items()})
     outs: dict[str, Tensor] = {}
     probe: dict[str, float] = {}
     status: dict[str, str] = {}
@@ -431,6 +455,17 @@ def run_case(case: Case, u: Tensor, repeats: int, timeout_s: float, budget_s: fl
     if case.checks is not None:
         for label, lib, a, b in case.checks(u, outs):
             agree.append({"check": label, "lib": lib, "max_rel_diff": max_rel_diff(a, b)})
+    if on_cpu is not None:  # the same call on the CPU (untimed): does the device change the output?
+        x = u.cpu()
+        for lib in ok:
+            try:
+                with deadline(timeout_s):
+                    ref = as_tensor(on_cpu.fns[lib](on_cpu.inputs[lib](x)))
+            except Exception as e:
+                status[f"{lib}_cpu"] = f"{type(e).__name__}: {str(e)[:80]}"
+                continue
+            diff = max_rel_diff(outs[lib], ref)
+            agree.append({"check": f"{u.device.type} vs cpu", "lib": lib, "max_rel_diff": diff})
     rec: dict[str, Any] = {
         "rule": case.name,
         "k": k,
@@ -504,7 +539,10 @@ def bench_three_way(
     timeout_s: float = TIMEOUT_S,
     budget_s: float = 60.0,
     memory_fraction: float = 0.5,
+    device: str = "cpu",
 ) -> dict[str, Any]:
+    """Every setting's rules in every library; on ``device`` (``cuda``: the inputs on the GPU, each
+    call timed to its synchronisation, each output also compared with the same call on the CPU)."""
     rows: list[dict[str, Any]] = []
     for st in setting_list:
         u = make_data(st)
@@ -518,7 +556,13 @@ def bench_three_way(
                 pk //= 2  # ByzFL's NNM gathers a (K, K-f, P) tensor: all three at the P that fits
             x = u if pk == st.p else u[:, :pk].contiguous()
             try:
-                rec = run_case(build(name, fl, py, x, st.f), x, repeats, timeout_s, budget_s)
+                if device == "cpu":
+                    rec = run_case(build(name, fl, py, x, st.f), x, repeats, timeout_s, budget_s)
+                else:
+                    xd = x.to(device)
+                    cpu_case = build(name, fl, py, x, st.f)
+                    rec = run_case(build(name, fl, py, xd, st.f), xd, repeats, timeout_s, budget_s, cpu_case)
+                    del xd
             except Exception as e:  # a broken pairing is reported, the rest goes on
                 rec = {"rule": name, "k": st.k, "p": pk, "error": f"{type(e).__name__}: {e}"}
             rec.update(setting=st.name, f=st.f, source=st.source, data=st.data)
@@ -530,6 +574,7 @@ def bench_three_way(
             gc.collect()
     return {
         "rows": rows,
+        "device": device,
         "threads": torch.get_num_threads(),
         "timeout_s": timeout_s,
         "not_run_at_a": {
@@ -607,6 +652,17 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def device_table(res: dict[str, Any]) -> str:
+    """Per rule and library: max |device output - CPU output| / max |CPU output|."""
+    check = f"{res['device']} vs cpu"
+    lines = ["| rule | setting | robustfl | ByzFL | ByzPy |", "|---|---|---:|---:|---:|"]
+    for r in res["rows"]:
+        got = {a["lib"]: a["max_rel_diff"] for a in r.get("agreement", []) if a["check"] == check}
+        cells = [f"{got[lib]:.1e}" if lib in got else "-" for lib in LIBS]
+        lines.append(f"| {r['rule']} | {r['setting']}: {r['k']} x {r['p']:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def notes(res: dict[str, Any]) -> list[str]:
     seen: set[str] = set()
     out = []
@@ -640,7 +696,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--byzantine", type=int, default=None, help="f of setting (a)")
     ap.add_argument("--only", default=None, help="comma-separated rule names")
     ap.add_argument("--no-install", action="store_true", help="never pip-install ByzFL / ByzPy")
+    ap.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu",
+        help="where the inputs live (cuda: timed to synchronisation; outputs also checked against the CPU's)",
+    )
     args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("three-way: --device cuda: no CUDA device is available", file=sys.stderr)
+        return 2
     fl, fl_why = byzfl_env.load(install_missing=not args.no_install)
     py, py_why = byzpy_env.load(install_missing=not args.no_install)
     if fl is None and py is None:
@@ -653,7 +716,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sts = [s for s in sts if s.rules]
     load0 = os.getloadavg()
     res = bench_three_way(
-        fl, py, sts, repeats=args.repeats or (1 if args.quick else 3), timeout_s=args.timeout
+        fl, py, sts, repeats=args.repeats or (1 if args.quick else 3), timeout_s=args.timeout,
+        device=args.device,
     )
     res["meta"] = {
         "torch": torch.__version__,
@@ -664,6 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dtype": "float32 (all three libraries called on float32 inputs)",
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "loadavg_start": list(load0),
         "loadavg_end": list(os.getloadavg()),
         "argv": list(argv if argv is not None else sys.argv[1:]),
@@ -675,6 +740,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("times: best of N, the libraries alternating in one process; ratio > 1: robustfl faster\n")
     print(markdown(res))
+    if args.device != "cpu":
+        print(f"\non {m['device']}: each output against the same library's call on the CPU\n")
+        print(device_table(res))
     print("\n" + "\n".join(notes(res)))
     print(
         f"\nload average: start {' '.join(f'{x:.2f}' for x in load0)}, end "
