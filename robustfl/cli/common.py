@@ -40,8 +40,28 @@ def load(args: argparse.Namespace) -> Any:
     return load_scenario(args.scenario, args.overrides)
 
 
+def dumps_by_line(obj: Any) -> str:
+    """``obj`` as JSON (no NaN), a dict's keys and a list's items one per line two levels deep
+    (a matrix: one line per cell), each line encoded compactly by json's C encoder: ~20 x faster
+    than ``indent=``, which runs json's pure-Python encoder (seconds for a 1,000-cell matrix)."""
+
+    def enc(x: Any) -> str:
+        return json.dumps(x, allow_nan=False)
+
+    def block(x: Any, depth: int) -> str:
+        pad, inner = " " * depth, " " * (depth + 1)
+        if depth < 2 and isinstance(x, dict) and x:
+            items = [f"{inner}{enc(str(k))}: {block(v, depth + 1)}" for k, v in x.items()]
+            return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+        if depth < 2 and isinstance(x, list) and x:
+            return "[\n" + ",\n".join(f"{inner}{block(v, depth + 1)}" for v in x) + f"\n{pad}]"
+        return enc(x)
+
+    return block(obj, 0)
+
+
 def write_json(path: str, obj: Any) -> None:
-    """``obj`` as indented JSON (no NaN) at ``path``, its folder made."""
+    """``obj`` as JSON (no NaN) at ``path``, one line per item two levels deep, its folder made."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(obj, indent=1, allow_nan=False))
+    p.write_text(dumps_by_line(obj) + "\n")

@@ -172,3 +172,25 @@ def test_piped_matrix_command_shows_progress_on_stderr(
     progress = [ln for ln in err.splitlines() if ln.startswith("[")]
     assert progress and progress[-1].startswith("[2/2 cells, ") and "elapsed" in progress[-1]
     assert "cells 2/2" not in out and "eta" not in out and "none" in out  # the table, not the live line
+
+
+def test_json_files_are_written_one_item_a_line_by_the_c_encoder() -> None:
+    """--json output: the same document as json.dumps (round trip), NaN refused, one line per
+    top-level key and per item of a top-level list (a matrix: one line per cell)."""
+    import json
+    import math
+
+    import pytest
+
+    from robustfl.cli.common import dumps_by_line
+
+    cells = [{"x": [1.5, {"y": None}]}, {"x": "q\""}]
+    doc = {"scenario": {"a": 1, "b": [1, 2]}, "cells": cells, "e": [], 3: {}}
+    text = dumps_by_line(doc)
+    assert json.loads(text) == json.loads(json.dumps(doc))
+    assert text.splitlines()[1:3] == [' "scenario": {', '  "a": 1,']
+    assert '  {"x": [1.5, {"y": null}]},' in text.splitlines()
+    for value in (5, "s", [], {}, [[1, [2]]]):
+        assert json.loads(dumps_by_line(value)) == value
+    with pytest.raises(ValueError):
+        dumps_by_line({"cells": [{"v": math.nan}]})
