@@ -58,6 +58,18 @@ def order_stat_mean(a: Any, pairs: Any, lo: int, hi: int, width: int, n: int) ->
 
 
 @njit(cache=True, nogil=True)
+def order_stat_mean_serial(a: Any, pairs: Any, lo: int, hi: int, width: int, n: int) -> Any:
+    """:func:`order_stat_mean` on the calling thread alone (the same blocks, the same numbers):
+    no OpenMP team is started, whose idle threads would spin on the cores of other processes."""
+    p = a.shape[1]
+    out = np.empty(p, dtype=a.dtype)
+    buf = np.empty((n, width), dtype=a.dtype)
+    for j0 in range(0, p, width):
+        _network_block(a, j0, min(p, j0 + width), pairs, lo, hi, out, buf)
+    return out
+
+
+@njit(cache=True, nogil=True)
 def neighbour_orders(sq: Any) -> Any:
     """(K, K - 1): each row's other rows by ascending ``sq`` (ties: lower index)."""
     k = sq.shape[0]

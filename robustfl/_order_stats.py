@@ -63,6 +63,10 @@ def order_stat_mean(a: np.ndarray, lo: int, hi: int, threads: int = 1) -> np.nda
 
     from . import _compiled  # numba's kernels, imported on first use
 
+    args = (np.ascontiguousarray(a), batcher_pairs(n), lo, hi, BLOCK, n)
     config: Any = numba.config  # its attributes are set at import time (untyped)
-    numba.set_num_threads(max(1, min(int(threads), config.NUMBA_NUM_THREADS)))
-    return np.asarray(_compiled.order_stat_mean(np.ascontiguousarray(a), batcher_pairs(n), lo, hi, BLOCK, n))
+    threads = max(1, min(int(threads), config.NUMBA_NUM_THREADS))
+    if threads == 1 or a.shape[1] <= BLOCK:  # one thread: no OpenMP team at all
+        return np.asarray(_compiled.order_stat_mean_serial(*args))
+    numba.set_num_threads(threads)
+    return np.asarray(_compiled.order_stat_mean(*args))
