@@ -310,7 +310,16 @@ def _matrix_lines(res: dict[str, Any]) -> list[str]:
         f"{res['target']:g}x: {res['verdict']}",
         f"  this machine's ceiling for {w} single-threaded processes: {_x(m['ceiling'])} "
         f"(one alone {m['alone_s']:.2f} s, {w} at once {m['together_s']:.2f} s)",
-    ]
+    ] + (
+        [
+            "  per pair, speed-up / the ceiling measured just before it: "
+            + ", ".join(
+                f"{p['speedup']:.2f} / {p['ceiling']:.2f} = {p['efficiency']:.0%}" for p in res["pairs"]
+            )
+        ]
+        if res.get("pairs")
+        else []
+    )
 
 
 def _rule_notes(res: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ when the CPUs share caches, memory bandwidth or a hypervisor's time).
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -60,8 +61,10 @@ def _run(
     return wall, _cells(js)
 
 
-def ceiling(n: int, iterations: int = 20_000) -> dict[str, float]:
-    """N copies of a single-threaded CPU-bound torch loop at once against one alone."""
+def ceiling(n: int, iterations: int = 20_000, rounds: int = 4) -> dict[str, float]:
+    """N copies of a single-threaded CPU-bound torch loop at once against one alone, interleaved
+    ``rounds`` times (alone, together, alone, ...) and the best of each kept: a shared machine's
+    speed drifts from second to second, and a single slow 'alone' would give a ceiling above N."""
     code = _SPIN.format(n=iterations)
 
     def together(k: int) -> float:
@@ -71,8 +74,10 @@ def ceiling(n: int, iterations: int = 20_000) -> dict[str, float]:
         ]
         return max(float(p.communicate()[0]) for p in procs)
 
-    alone = min(together(1) for _ in range(2))
-    both = min(together(n) for _ in range(2))
+    alone, both = math.inf, math.inf
+    for _ in range(rounds):
+        alone = min(alone, together(1))
+        both = min(both, together(n))
     return {"alone_s": alone, "together_s": both, "ceiling": n * alone / both}
 
 
@@ -83,31 +88,47 @@ def bench_matrix(
     extra: Sequence[str] = (),
     spin_iterations: int = 20_000,
 ) -> dict[str, Any]:
-    """``repeats`` runs each of ``--workers 1`` and ``--workers N`` (``extra``: more CLI arguments,
-    e.g. a subset of the matrix), then the machine's ceiling with a spin loop of that length."""
+    """``repeats`` pairs of runs, ``--workers 1`` and ``--workers N`` (``extra``: more CLI
+    arguments, e.g. a subset of the matrix; the pair's order alternates), each pair beside its own
+    measurement of the machine's ceiling (the speed of a shared machine drifts between minutes:
+    a pair is compared with the ceiling measured just before it). ``efficiency`` = (wall 1 / wall
+    N) / ceiling per pair; the medians are reported."""
     times: dict[int, list[float]] = {1: [], workers: []}
+    pairs: list[dict[str, float]] = []
     first: list[dict[str, Any]] | None = None
     identical = True
-    order = [1, workers, workers, 1] * repeats
     with tempfile.TemporaryDirectory(prefix="robustfl-bench-") as d:
-        for i, w in enumerate(order[: 2 * repeats]):
-            wall, cells = _run(scenario, w, Path(d), i, extra)
-            times[w].append(wall)
-            first = cells if first is None else first
-            identical = identical and cells == first
-            print(f"  matrix {scenario} --workers {w}: {wall:.2f} s", file=sys.stderr, flush=True)
+        for r in range(repeats):
+            machine = ceiling(workers, spin_iterations)
+            walls: dict[int, float] = {}
+            for w in ((1, workers) if r % 2 == 0 else (workers, 1)):
+                wall, cells = _run(scenario, w, Path(d), 2 * r + (w != 1), extra)
+                times[w].append(wall)
+                walls[w] = wall
+                first = cells if first is None else first
+                identical = identical and cells == first
+                print(f"  matrix {scenario} --workers {w}: {wall:.2f} s", file=sys.stderr, flush=True)
+            speedup = walls[1] / walls[workers]
+            pairs.append({**machine, "speedup": speedup, "efficiency": speedup / machine["ceiling"]})
+            print(
+                f"  pair {r + 1}: speed-up {speedup:.2f}, ceiling {machine['ceiling']:.2f}, "
+                f"efficiency {speedup / machine['ceiling']:.0%}",
+                file=sys.stderr,
+                flush=True,
+            )
     if not identical:
         raise RuntimeError(f"--workers {workers} and --workers 1 gave different cells")
-    best = min(times[1]) / min(times[workers])
-    med = statistics.median(times[1]) / statistics.median(times[workers])
     return {
         "scenario": scenario,
         "workers": workers,
         "cells": len(first or []),
         "wall_1_s": times[1],
         f"wall_{workers}_s": times[workers],
-        "ratio_best": best,
-        "ratio_median": med,
+        "ratio_best": min(times[1]) / min(times[workers]),
+        "ratio_median": statistics.median(times[1]) / statistics.median(times[workers]),
+        "pairs": pairs,
+        "efficiency_median": statistics.median(p["efficiency"] for p in pairs),
+        "ceiling_median": statistics.median(p["ceiling"] for p in pairs),
         "identical": identical,
         "extra": list(extra),
         "machine": ceiling(workers, spin_iterations),

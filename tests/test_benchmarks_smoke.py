@@ -355,6 +355,9 @@ def test_matrix_group_runs_the_cli_and_compares_cells(tmp_path: Path) -> None:
     assert r["identical"] and r["cells"] == 2
     assert r["ratio_best"] == pytest.approx(r["wall_1_s"][0] / r["wall_2_s"][0])
     assert 0 < r["machine"]["ceiling"] < 3
+    (pair,) = r["pairs"]  # one pair, beside its own ceiling
+    assert pair["speedup"] == pytest.approx(r["wall_1_s"][0] / r["wall_2_s"][0])
+    assert pair["efficiency"] == pytest.approx(pair["speedup"] / pair["ceiling"])
 
 
 def test_one_step_benchmark_at_toy_size() -> None:
