@@ -69,6 +69,14 @@ class Distances:
         return self._refined
 
 
+def exact_scores(dist: Distances, pool: Tensor, rows: Tensor, n: int) -> Tensor:
+    """Krum scores (n neighbours within ``pool``) of the pool positions ``rows``, from the float64
+    ``Distances.refined`` matrix (centred at the first of them when first built)."""
+    exact = dist.refined(int(pool[rows[0]]))[pool[rows]][:, pool]
+    exact[torch.arange(len(rows), device=exact.device), rows] = math.inf  # not itself
+    return torch.topk(exact, n, dim=1, largest=False).values.sum(1)
+
+
 def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor, Tensor, bool]:
     """The m rows of ``pool`` with the lowest Krum score (n neighbours); ties to the lowest index.
 
@@ -95,9 +103,7 @@ def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor
             amb = idx[(may_precede >= m) & (surely_precede < m)]
             need = m - int((may_precede < m).sum())  # slots left after the rows surely selected
             if 0 < need < len(amb):  # the choice depends on rounding: re-score those rows in float64
-                exact = dist.refined(int(pool[amb[0]]))[pool[amb]][:, pool]
-                exact[torch.arange(len(amb), device=exact.device), amb] = math.inf  # not itself
-                scores[amb] = torch.topk(exact, n, dim=1, largest=False).values.sum(1)
+                scores[amb] = exact_scores(dist, pool, amb, n)
     key = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
     order = torch.sort(key, stable=True).indices
     order = order[torch.sort(bad[order].to(torch.uint8), stable=True).indices]
@@ -137,9 +143,7 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
         n = krum_neighbours(len(left), f)
         if status == -2:  # may be first: re-score those rows in float64, as select_lowest does
             rows = torch.from_numpy(np.flatnonzero(amb[: len(left)])).to(dist.sq.device)
-            exact = dist.refined(int(pool[rows[0]]))[pool[rows]][:, pool]
-            exact[torch.arange(len(rows), device=exact.device), rows] = math.inf  # not itself
-            scores = torch.topk(exact, n, dim=1, largest=False).values.sum(1)
+            scores = exact_scores(dist, pool, rows, n)
             pick = int(pool[rows[int(torch.argmin(scores))]])  # argmin: the first among equals
         else:
             pick = int(select_lowest(dist, pool, n, 1)[0][0])
