@@ -288,6 +288,23 @@ def kth_smallest(x: Tensor, k: int) -> Tensor:
     return torch.kthvalue(x, k + 1, dim=0).values
 
 
+def closest_mean(rows: Tensor, centre: Tensor, keep: int) -> Tensor:
+    """Per coordinate, the mean of the ``keep`` values of ``rows`` closest to ``centre`` (ties: lower
+    row index first); NaN where a NaN is among them."""
+    dev = (rows - centre).abs()
+    thr = kth_smallest(dev, keep - 1)  # the keep-th smallest deviation of each coordinate
+    below, at = dev < thr, dev == thr
+    take = below | at
+    need = keep - below.sum(0)
+    cols = torch.nonzero(at.sum(0) > need).flatten()  # more tied values than slots left
+    if len(cols):  # keep the first `need` of them in row order
+        ties = at[:, cols]
+        first = ties & (torch.cumsum(ties.to(torch.int32), dim=0) <= need[cols])
+        take[:, cols] = below[:, cols] | first
+    out = torch.where(take, rows, torch.zeros_like(rows)).sum(0) / keep
+    return torch.where(torch.isnan(thr), thr, out)
+
+
 def combine(updates: Tensor, weights: Tensor, all_finite: bool) -> Tensor:
     """``sum_k w_k u_k`` in the input dtype; rows with zero weight never touch the result (0 * inf
     would be NaN), at the cost of a copy of the weighted rows only when some row is non-finite."""

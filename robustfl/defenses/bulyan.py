@@ -32,14 +32,7 @@ from torch import Tensor
 from ..errors import InputError
 from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
-from ._select import (
-    Distances,
-    Rule,
-    f_hat,
-    kth_smallest,
-    mean_of_order_stats,
-    repeated_krum,
-)
+from ._select import Distances, Rule, closest_mean, f_hat, mean_of_order_stats, repeated_krum
 
 
 @dataclass
@@ -61,16 +54,5 @@ class Bulyan(Rule):
         picks = repeated_krum(Distances.of(updates), f, theta)  # one distance matrix
         chosen = updates[torch.sort(picks).values]  # original index order
         med = mean_of_order_stats(chosen, (theta - 1) // 2, theta // 2)
-        dev = (chosen - med).abs()
-        thr = kth_smallest(dev, beta - 1)  # the beta-th smallest deviation of each coordinate
-        below, at = dev < thr, dev == thr
-        take = below | at
-        need = beta - below.sum(0)
-        cols = torch.nonzero(at.sum(0) > need).flatten()  # more tied values than slots left
-        if len(cols):  # keep the first `need` of them in original index order
-            ties = at[:, cols]
-            first = ties & (torch.cumsum(ties.to(torch.int32), dim=0) <= need[cols])
-            take[:, cols] = below[:, cols] | first
-        vector = torch.where(take, chosen, torch.zeros_like(chosen)).sum(0) / beta
-        vector = torch.where(torch.isnan(thr), thr, vector)  # NaN among the beta closest
+        vector = closest_mean(chosen, med, beta)  # the beta values closest to the median
         return Aggregate(vector, None, {"num_selected": float(theta), "beta": float(beta)})

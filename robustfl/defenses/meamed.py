@@ -25,30 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from ..errors import InputError
 from ..kernels import check_updates
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, f_hat, kth_smallest, mean_of_order_stats
-
-
-def closest_mean(rows: Tensor, centre: Tensor, keep: int) -> Tensor:
-    """Per coordinate, the mean of the ``keep`` values of ``rows`` closest to ``centre`` (ties: lower
-    row index first); NaN where a NaN is among them."""
-    dev = (rows - centre).abs()
-    thr = kth_smallest(dev, keep - 1)  # the keep-th smallest deviation of each coordinate
-    below, at = dev < thr, dev == thr
-    take = below | at
-    need = keep - below.sum(0)
-    cols = torch.nonzero(at.sum(0) > need).flatten()  # more tied values than slots left
-    if len(cols):  # keep the first `need` of them in row order
-        ties = at[:, cols]
-        first = ties & (torch.cumsum(ties.to(torch.int32), dim=0) <= need[cols])
-        take[:, cols] = below[:, cols] | first
-    out = torch.where(take, rows, torch.zeros_like(rows)).sum(0) / keep
-    return torch.where(torch.isnan(thr), thr, out)
+from ._select import Rule, closest_mean, f_hat, mean_of_order_stats
 
 
 @dataclass
