@@ -21,9 +21,9 @@ import importlib
 import subprocess
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPS = ROOT / "runs" / "bench-deps"
@@ -32,6 +32,7 @@ BYZFL_SPEC = "byzfl==0.0.11"
 # only when they are missing.
 ALWAYS_STUB = ("torchvision", "torchvision.datasets", "torchvision.transforms")
 _MAX_STUBS = 12
+T = TypeVar("T")
 
 
 class _Anything:
@@ -98,42 +99,56 @@ def drop_modules(prefix: str) -> None:
         del sys.modules[name]
 
 
-def import_byzfl(target: Path = DEPS) -> tuple[types.ModuleType | None, str | None]:
-    """Import ByzFL from ``target`` with stubs for what fails to import; (module, None) or (None, reason)."""
-    if "byzfl" in sys.modules:
-        return sys.modules["byzfl"], None
+def import_stubbed(
+    package: str, target: Path, load: Callable[[], T], always: Sequence[str] = ()
+) -> tuple[T | None, str | None]:
+    """``load()`` (which imports ``package``) with ``target`` first on ``sys.path``; a dependency
+    that fails to import is replaced by a stub module and the import retried: (result, None) or
+    (None, the reason). The stubs (and the ``always`` ones, put in first) are removed afterwards
+    and the modules they shadowed restored."""
     stubbed: list[str] = []
-    saved = {name: sys.modules[name] for name in ALWAYS_STUB if name in sys.modules}
-    for name in ALWAYS_STUB:
+    saved = {name: sys.modules[name] for name in always if name in sys.modules}
+    for name in always:
         sys.modules[name] = stub_module(name)
         stubbed.append(name)
     sys.path.insert(0, str(target))
     try:
         for _ in range(_MAX_STUBS):
             try:
-                mod = importlib.import_module("byzfl")
-                mod.aggregators  # noqa: B018  (the part the benchmark needs)
-                return mod, None
+                return load(), None
             except ModuleNotFoundError as e:  # a missing dependency: stub it and retry
                 missing = e.name or ""
-                drop_modules("byzfl")
-                if not missing or missing.startswith("byzfl") or missing in stubbed:
-                    return None, f"import byzfl failed: {e}"
+                drop_modules(package)
+                if not missing or missing.startswith(package) or missing in stubbed:
+                    return None, f"import {package} failed: {e}"
                 parts = missing.split(".")
                 for i in range(1, len(parts) + 1):
                     sub = ".".join(parts[:i])
                     if sub not in sys.modules:
                         sys.modules[sub] = stub_module(sub)
                         stubbed.append(sub)
-            except Exception as e:  # any other import-time failure: skip the group, say why
-                drop_modules("byzfl")
-                return None, f"import byzfl failed: {type(e).__name__}: {e}"
-        return None, f"import byzfl failed: still missing modules after stubbing {', '.join(stubbed)}"
+            except Exception as e:  # any other import-time failure: the caller skips, saying why
+                drop_modules(package)
+                return None, f"import {package} failed: {type(e).__name__}: {e}"
+        return None, f"import {package} failed: still missing modules after stubbing {', '.join(stubbed)}"
     finally:
         sys.path.remove(str(target))
         for name in stubbed:
             sys.modules.pop(name, None)
         sys.modules.update(saved)
+
+
+def import_byzfl(target: Path = DEPS) -> tuple[types.ModuleType | None, str | None]:
+    """Import ByzFL from ``target`` with stubs for what fails to import; (module, None) or (None, reason)."""
+    if "byzfl" in sys.modules:
+        return sys.modules["byzfl"], None
+
+    def load() -> types.ModuleType:
+        mod = importlib.import_module("byzfl")
+        mod.aggregators  # noqa: B018  (the part the benchmark needs)
+        return mod
+
+    return import_stubbed("byzfl", target, load, ALWAYS_STUB)
 
 
 def load(target: Path = DEPS, install_missing: bool = True) -> tuple[types.ModuleType | None, str | None]:

@@ -24,14 +24,13 @@ import sys
 import types
 from pathlib import Path
 
-from .byzfl_env import drop_modules, pip_install, stub_module
+from .byzfl_env import import_stubbed, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPS = ROOT / "runs" / "bench-deps-byzpy"
 BYZPY_VERSION = "0.1.4"
 BYZPY_SPEC = f"byzpy=={BYZPY_VERSION}"
 DECLARED = "torch>=2.2,<2.6, numpy>=1.24,<2.1, torchvision, matplotlib, cloudpickle"
-_MAX_STUBS = 12
 
 # attribute name in the returned namespace -> (module, class) in ByzPy 0.1.4
 CLASSES = {
@@ -65,35 +64,12 @@ def install(target: Path = DEPS) -> str | None:
 
 def import_byzpy(target: Path = DEPS) -> tuple[types.SimpleNamespace | None, str | None]:
     """ByzPy's classes from ``target``, stubbing what fails to import: (namespace, None) or (None, why)."""
-    stubbed: list[str] = []
-    sys.path.insert(0, str(target))
-    try:
-        for _ in range(_MAX_STUBS):
-            try:
-                found = {
-                    key: getattr(importlib.import_module(mod), cls) for key, (mod, cls) in CLASSES.items()
-                }
-                root = sys.modules["byzpy"]
-                return types.SimpleNamespace(__file__=root.__file__, **found), None
-            except ModuleNotFoundError as e:  # a declared dependency that is absent: stub it, retry
-                missing = e.name or ""
-                drop_modules("byzpy")
-                if not missing or missing.startswith("byzpy") or missing in stubbed:
-                    return None, f"import byzpy failed: {e}"
-                parts = missing.split(".")
-                for i in range(1, len(parts) + 1):
-                    sub = ".".join(parts[:i])
-                    if sub not in sys.modules:
-                        sys.modules[sub] = stub_module(sub)
-                        stubbed.append(sub)
-            except Exception as e:  # any other import-time failure: the caller skips, saying why
-                drop_modules("byzpy")
-                return None, f"import byzpy failed: {type(e).__name__}: {e}"
-        return None, f"import byzpy failed: still missing modules after stubbing {', '.join(stubbed)}"
-    finally:
-        sys.path.remove(str(target))
-        for name in stubbed:
-            sys.modules.pop(name, None)
+
+    def load() -> types.SimpleNamespace:
+        found = {key: getattr(importlib.import_module(mod), cls) for key, (mod, cls) in CLASSES.items()}
+        return types.SimpleNamespace(__file__=sys.modules["byzpy"].__file__, **found)
+
+    return import_stubbed("byzpy", target, load)
 
 
 def load(
