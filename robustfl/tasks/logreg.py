@@ -89,19 +89,20 @@ class LogReg(Task):
 
         logits = self.logits
 
-        def loss(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
+        def per_sample(w: Tensor, batch: tuple[Tensor, ...]) -> Tensor:
             xb, yb = batch
             z = logits(w, xb)
-            per = torch.logsumexp(z, dim=-1) - z.gather(-1, yb.unsqueeze(-1)).squeeze(-1)
+            return torch.logsumexp(z, dim=-1) - z.gather(-1, yb.unsqueeze(-1)).squeeze(-1)
+
+        def loss(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
+            per = per_sample(w, batch)
             m = mask.to(per.dtype)
             return (m * per).sum() / m.sum().clamp(min=1.0) + 0.5 * l2 * (w * w).sum()
 
         def batched_loss(w: Tensor, batch: tuple[Tensor, ...], mask: Tensor) -> Tensor:
             """(S,) every client's ``loss`` at w: the same operations on the (S, n, ...) batch,
             bit for bit the vmap of ``loss`` (tests/tasks/test_shared_grad.py)."""
-            xb, yb = batch
-            z = logits(w, xb)
-            per = torch.logsumexp(z, dim=-1) - z.gather(-1, yb.unsqueeze(-1)).squeeze(-1)
+            per = per_sample(w, batch)
             m = mask.to(per.dtype)
             return (m * per).sum(-1) / m.sum(-1).clamp(min=1.0) + 0.5 * l2 * (w * w).sum()
 
