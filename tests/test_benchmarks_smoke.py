@@ -369,3 +369,13 @@ def test_one_step_benchmark_at_toy_size() -> None:
     assert r["engine_s"] > 0 and r["floor_s"] > 0
     assert r["ratio_floor"] == pytest.approx(r["engine_s"] / r["floor_s"])
     assert r["max_rel_diff"] < 1e-4
+
+
+def test_catalogue_benchmark_at_toy_size() -> None:
+    """benchmarks.catalogue: the closed-form cell and the compiled Bulyan selection each against
+    the path they replaced, identical results, ratio = old / new of the measured times."""
+    from benchmarks.catalogue import bench_bulyan, bench_cell
+
+    for r in (bench_cell(rounds=2, repeats=1), bench_bulyan(k=15, p=20, f=3, repeats=1)):
+        assert r["identical"]
+        assert r["ratio"] == pytest.approx(r["old_s"] / r["new_s"])
