@@ -147,6 +147,7 @@ class ScenarioFederation:
         return local_train(
             self.problem.loss, w[None].clone(), data, mask, steps=fed["local_steps"], lr=fed["local_lr"],
             batch_size=fed["batch_size"], generator=g, inplace=True, point=w,
+            shared_grad=self.problem.shared_grad,  # the engine's closed form too (same bits)
         )[0]
 
     def _train(self, msg: Message, context: Context) -> Message:
