@@ -3,7 +3,8 @@ again in every new process (kernels defined inside a function are compiled anew 
 
 Imported lazily (numba takes ~0.4 s to import) by the modules that wrap these kernels with their
 checks and contracts: :mod:`robustfl._order_stats` (per-coordinate order statistics) and
-:mod:`robustfl.defenses._select` (Bulyan's repeated Krum). Nothing else calls them directly.
+:mod:`robustfl.defenses._select` (Bulyan's repeated Krum) and :mod:`robustfl.defenses.flame` (its
+HDBSCAN closed form). Nothing else calls them directly.
 """
 
 from __future__ import annotations
@@ -146,3 +147,70 @@ def krum_picks(
         picks[made] = pool[first]
         alive[pool[first]] = False
     return count, 0
+
+
+@njit(cache=True, nogil=True)
+def hdbscan_majority(dist: Any, m: int) -> Any:
+    """The points scikit-learn's HDBSCAN labels as its one cluster for the (n, n) float64
+    distances ``dist`` (zero diagonal, n >= 2) at ``min_cluster_size = m > n / 2``,
+    ``min_samples = 1``, ``allow_single_cluster = True`` (boolean mask; see
+    :func:`robustfl.defenses.flame.majority_cluster` for why this is the whole algorithm there).
+
+    The minimum spanning tree is scikit-learn's Prim's (rows of the current node, ties: the lower
+    index), so that an asymmetric ``dist`` gives its edges too; then single linkage up to the first
+    component of m points, at distance d*, and on through every edge whose lambda (1 / distance;
+    inf at 0) equals that of d*.
+    """
+    n = dist.shape[0]
+    left = np.arange(n)  # nodes not yet in the tree, in index order (left[:rest])
+    reach = np.full(n, np.inf)  # their distance to the tree, aligned with ``left``
+    eu = np.empty(n - 1, dtype=np.int64)
+    ev = np.empty(n - 1, dtype=np.int64)
+    ew = np.empty(n - 1)
+    current, rest = 0, n
+    for e in range(n - 1):
+        c = 0
+        for a in range(rest):  # drop ``current``, keep the order
+            if left[a] != current:
+                left[c], reach[c] = left[a], reach[a]
+                c += 1
+        rest = c
+        best = 0
+        for a in range(rest):
+            r = min(reach[a], dist[current, left[a]])
+            reach[a] = r
+            if r < reach[best]:
+                best = a
+        eu[e], ev[e], ew[e] = current, left[best], reach[best]
+        current = left[best]
+    order = np.argsort(ew)
+    parent = np.arange(n)
+    size = np.ones(n, dtype=np.int64)
+    star, lam = -1, 0.0
+    for t in range(n - 1):
+        e = order[t]
+        w = ew[e]
+        wl = 1.0 / w if w > 0.0 else np.inf
+        if star >= 0 and wl != lam:
+            break
+        a, b = eu[e], ev[e]
+        while parent[a] != a:
+            a = parent[a]
+        while parent[b] != b:
+            b = parent[b]
+        if size[a] < size[b]:
+            a, b = b, a
+        parent[b] = a
+        size[a] += size[b]
+        if star < 0 and size[a] >= m:
+            star, lam = a, wl
+    root = star
+    while parent[root] != root:
+        root = parent[root]
+    out = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        out[i] = r == root
+    return out

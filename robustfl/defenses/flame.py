@@ -3,12 +3,12 @@
 Paper: Nguyen et al., "FLAME: Taming Backdoors in Federated Learning", USENIX Security 2022
 
 1. Cosine distances ``c_ij = 1 - cos(u_i, u_j)`` between the rows (a zero row has distance 1 to
-   every other), clustered by scikit-learn's HDBSCAN (``metric="precomputed"``,
+   every other), clustered as scikit-learn's HDBSCAN does (``metric="precomputed"``,
    ``min_cluster_size = K//2 + 1`` (at least 2), ``min_samples = 1``, ``allow_single_cluster =
-   True``, as FLAME's deployment of HDBSCAN). The largest cluster is kept (ties: smallest label);
-   the rest are outliers. If HDBSCAN finds no cluster every row is kept (stat ``no_cluster = 1``).
-   We cluster the updates; the paper clusters the local models ``w + u_k``, whose cosines are all
-   close to 1 once w dominates.
+   True``, as FLAME's deployment of HDBSCAN). The largest cluster is kept; the rest are outliers.
+   At these settings HDBSCAN has a closed form (:func:`majority_cluster`), computed directly and
+   tested against scikit-learn's own labels. We cluster the updates; the paper clusters the local
+   models ``w + u_k``, whose cosines are all close to 1 once w dominates.
 2. Adaptive clipping: ``S`` = median of ``||u_k||`` over all rows; each kept row is scaled by
    ``min(1, S / ||u_k||)``.
 3. Output: the mean of the clipped kept rows, plus ``N(0, (noise * S)^2)`` per coordinate from
@@ -16,12 +16,11 @@ Paper: Nguyen et al., "FLAME: Taming Backdoors in Federated Learning", USENIX Se
 
 Rows with non-finite entries are outliers. Weights: 1/L on the L kept rows (shares of the
 clipped rows). Guarantee: an honest majority, ``min_clients`` = 2f + 1.
-Stats: ``num_kept``, ``median_norm``, ``no_cluster``.
+Stats: ``num_kept``, ``median_norm``, ``no_cluster`` (always 0: see :func:`majority_cluster`).
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,28 +33,29 @@ from ..types import Aggregate, DefenseContext
 from ._select import Rule, combine, generator_for, gram64, median_value
 
 
-def majority_cluster(dist: np.ndarray) -> np.ndarray | None:
-    """Boolean mask of the largest HDBSCAN cluster on a precomputed distance matrix, or None."""
-    from sklearn.cluster import HDBSCAN  # imported when used: a second to import
+def majority_cluster(dist: np.ndarray) -> np.ndarray:
+    """Boolean mask of the points scikit-learn's HDBSCAN (``metric="precomputed"``,
+    ``min_cluster_size = max(2, n//2 + 1)``, ``min_samples = 1``, ``allow_single_cluster = True``)
+    labels as a cluster, on the (n, n) distances ``dist``.
 
+    The closed form at these settings: ``min_samples = 1`` makes every core distance 0, so the
+    mutual reachability is ``dist`` itself and the hierarchy is single linkage. A split keeps two
+    clusters only when both sides have ``min_cluster_size > n/2`` points, which never happens: the
+    condensed tree is the root alone, EOM selects it (``allow_single_cluster``), and the labelled
+    points are those leaving it at the largest lambda (1/distance). Those are the points of the
+    first single-linkage component of ``min_cluster_size`` points, at distance d*, together with
+    those joining it at distances whose lambda equals d*'s. The mask is never empty, so the
+    ``no_cluster`` case of FLAME's step 1 does not arise at these settings (the stat stays 0).
+    ``tests/defenses/test_flame_cluster.py`` compares it with scikit-learn's labels (ties,
+    duplicates, equal reciprocals, asymmetric rounding included); it is ~200x faster at n = 50.
+    """
     n = len(dist)
     if n <= 1:
         return np.ones(n, dtype=bool)
-    hdb = HDBSCAN(
-        min_cluster_size=max(2, n // 2 + 1),
-        min_samples=1,
-        metric="precomputed",
-        allow_single_cluster=True,
-        copy=True,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        labels = hdb.fit_predict(dist)
-    found = labels[labels >= 0]
-    if found.size == 0:
-        return None
-    counts = np.bincount(found)
-    return labels == int(np.argmax(counts))
+    from .._compiled import hdbscan_majority  # numba, on first use
+
+    mask: np.ndarray = hdbscan_majority(np.ascontiguousarray(dist, dtype=np.float64), max(2, n // 2 + 1))
+    return mask
 
 
 @dataclass
@@ -82,8 +82,7 @@ class Flame(Rule):
         cos = torch.nan_to_num(cos, nan=0.0, posinf=0.0, neginf=0.0)  # a zero row: distance 1
         dist = (1 - cos).clamp(0.0, 2.0).fill_diagonal_(0.0)
         mask = majority_cluster(dist.cpu().numpy())
-        no_cluster = mask is None
-        kept = ok if mask is None else ok[torch.from_numpy(mask).to(ok.device)]
+        kept = ok[torch.from_numpy(mask).to(ok.device)]
         median = median_value(norms[ok]) if len(ok) else 0.0
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
         vector = torch.zeros(p, dtype=updates.dtype, device=updates.device)
@@ -97,5 +96,5 @@ class Flame(Rule):
             g = generator_for(ctx)
             draw = torch.randn(p, generator=g, dtype=updates.dtype, device=g.device).to(updates.device)
             vector = vector + (self.noise * median) * draw
-        stats = {"num_kept": float(len(kept)), "median_norm": median, "no_cluster": float(no_cluster)}
+        stats = {"num_kept": float(len(kept)), "median_norm": median, "no_cluster": 0.0}
         return Aggregate(vector, weights, stats)
