@@ -14,7 +14,9 @@ For each of ``iterations`` (default 5) rounds of the filter:
 4. keep the K - floor(c f) rows with the smallest scores (ties: lower index), f = f-hat,
    ``c`` default 1.0; at least one row is kept.
 The good set is the intersection over the iterations; the output is its mean (weights 1/|good|),
-or the zero update with zero weights if the intersection is empty.
+or the zero update with zero weights if the intersection is empty. When ``subsample >= P`` every
+draw is the whole coordinate set and the filter is computed once (the draws are still made, so
+the generator advances as before).
 Rows with non-finite entries are removed before the filter (weight 0). Without a generator in
 the context a fresh one seeded 0 is used.
 Guarantee: the paper evaluates honest majorities; ``min_clients`` = 2f + 1.
@@ -68,8 +70,11 @@ class DnC(Rule):
         keep_n = max(1, n - math.floor(self.c * f_hat(ctx) + 1e-9))
         good = torch.ones(n, dtype=torch.bool, device=updates.device)
         g = generator_for(ctx)
+        keep: Tensor | None = None
         for _ in range(self.iterations if n else 0):
             r = torch.sort(torch.randperm(p, generator=g, device=g.device)[: self.subsample]).values
+            if keep is not None and self.subsample >= p:
+                continue  # every draw is all P coordinates: the same filter (the draws still advance g)
             sub = updates[:, r.to(updates.device)][ok].to(torch.float64)
             centred = sub - sub.mean(0)
             lam, vecs = torch.linalg.eigh(centred @ centred.T)  # <C_k, v>^2 = sigma_1^2 u_k^2
