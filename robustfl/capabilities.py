@@ -20,6 +20,8 @@ Attacks (:class:`AttackBase`):
                       (``robustfl.flower.byzantine_mod``); False by default (the rows need each
                       other -- ALIE's statistics, a Sybil's shared row -- or more knowledge)
 ``last_stats``        the last call's diagnostics (a mapping of floats; empty by default)
+``along(ctx, name)``  the rows as a function of one numeric parameter, the work that does not
+                      depend on it done once (line searches: ``optimal``); None by default
 ``setup(info)``       called once with the task's :class:`~robustfl.types.TaskInfo` (no-op)
 ====================  =========================================================================
 
@@ -112,6 +114,13 @@ class AttackBase:
 
     def sybil_rows(self, f: int) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no Sybil identities (sybil is False)")
+
+    def along(self, ctx: AttackContext, parameter: str) -> Callable[[float], Tensor] | None:
+        """``x -> rows``: exactly what this attack with ``parameter = x`` (every other parameter as
+        here) returns for ``ctx``, the work that does not depend on x done once here, for line
+        searches over x. The function draws nothing from ``ctx.generator``. None (the default):
+        not offered for this parameter; the search then builds the attack for each value."""
+        return None
 
 
 class DefenseBase:

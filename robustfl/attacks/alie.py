@@ -21,6 +21,7 @@ pass a negative z for that sign.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -54,6 +55,14 @@ class ALIE(AttackBase):
     def __call__(self, ctx: AttackContext) -> Tensor:
         f = ctx.own.shape[0]
         z = default_z(num_clients(ctx), f) if self.z is None else self.z
-        mu, sigma = mean_std(known_rows(ctx))
         self.last_stats = {"z": z}
-        return (mu + z * sigma).expand_as(ctx.own).clone()
+        return _line(ctx)(z)
+
+    def along(self, ctx: AttackContext, parameter: str) -> Callable[[float], Tensor] | None:
+        return _line(ctx) if parameter == "z" else None
+
+
+def _line(ctx: AttackContext) -> Callable[[float], Tensor]:
+    """z -> the f rows mu + z sigma (the statistics of the rows known, computed once)."""
+    mu, sigma = mean_std(known_rows(ctx))
+    return lambda z: (mu + z * sigma).expand_as(ctx.own).clone()

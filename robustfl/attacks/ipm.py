@@ -18,6 +18,7 @@ code were not available to check. ByzFL's ``InnerProductManipulation`` defaults 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import Tensor
@@ -37,5 +38,13 @@ class IPM(AttackBase):
         self.epsilon = params.number("attack ipm", "epsilon", self.epsilon, low=0)
 
     def __call__(self, ctx: AttackContext) -> Tensor:
-        mu = known_rows(ctx).mean(0)
-        return (-self.epsilon * mu).expand_as(ctx.own).clone()
+        return _line(ctx)(self.epsilon)
+
+    def along(self, ctx: AttackContext, parameter: str) -> Callable[[float], Tensor] | None:
+        return _line(ctx) if parameter == "epsilon" else None
+
+
+def _line(ctx: AttackContext) -> Callable[[float], Tensor]:
+    """epsilon -> the f rows -epsilon mu (the mean of the rows known, computed once)."""
+    mu = known_rows(ctx).mean(0)
+    return lambda epsilon: (-epsilon * mu).expand_as(ctx.own).clone()

@@ -10,7 +10,9 @@ Search: a grid of 21 evenly spaced points (ends included), then golden-section r
 iterations) inside the bracket around the best grid point; the best value ever evaluated wins
 (ties: the first). J need not be unimodal (selection rules jump), so the grid gives global cover
 and golden-section the local precision. Every evaluation replays the same generator state, so the
-rows sent are exactly the rows scored. Needs ORACLE (the reference case of full knowledge) and the
+rows sent are exactly the rows scored; a base that offers the parameter as a line
+(``AttackBase.along``: alie's z, ipm's epsilon) computes what does not depend on it once, the
+same rows. Needs ORACLE (the reference case of full knowledge) and the
 honest rows for the objective, plus whatever the base needs. ``last_stats``: ``parameter``,
 ``deviation``, ``evaluations``.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +34,7 @@ import torch
 from torch import Tensor
 
 from .. import params
+from ..capabilities import AttackBase
 from ..errors import InputError
 from ..types import AttackContext, Knowledge
 from ._common import Composite, build_base, generator
@@ -77,17 +81,29 @@ class Optimal(Composite):
         rows: Tensor = self._make(x)(dataclasses.replace(ctx, generator=gen))
         return rows.to(ctx.own)
 
+    def _line(self, ctx: AttackContext, device: torch.device, state: Tensor) -> Callable[[float], Tensor]:
+        """x -> the base's rows with the parameter at x (the base's own line where it offers one)."""
+        probe = self._make(self.low)
+        if isinstance(probe, AttackBase):
+            gen = torch.Generator(device=device)
+            gen.set_state(state)
+            line = probe.along(dataclasses.replace(ctx, generator=gen), self._param)
+            if line is not None:
+                return lambda x: line(x).to(ctx.own)
+        return lambda x: self._rows(ctx, device, state, x)
+
     def __call__(self, ctx: AttackContext) -> Tensor:
         if ctx.oracle is None or ctx.honest is None:
             raise InputError("attack optimal: needs the oracle and the honest rows (full knowledge)")
         oracle, target = ctx.oracle, ctx.honest.to(ctx.own).mean(0)
         g = generator(ctx)
         device, state = g.device, g.get_state()
+        rows = self._line(ctx, device, state)
         cache: dict[float, float] = {}
 
         def j(x: float) -> float:
             if x not in cache:
-                agg = oracle(self._rows(ctx, device, state, x)).vector.to(target)
+                agg = oracle(rows(x)).vector.to(target)
                 dev = float(torch.linalg.vector_norm(agg - target))
                 cache[x] = dev if math.isfinite(dev) else -math.inf
             return cache[x]
@@ -107,4 +123,4 @@ class Optimal(Composite):
                 d = a + r * (b - a)
         best = max(cache, key=cache.__getitem__)  # the first evaluated among equals
         self.last_stats = {"parameter": best, "deviation": cache[best], "evaluations": float(len(cache))}
-        return self._rows(ctx, device, state, best)
+        return rows(best)

@@ -80,3 +80,27 @@ def test_optimal_knowledge_and_parameters() -> None:
         attacks.create("optimal", low=2, high=1)
     with pytest.raises(ParameterError, match="epsilon"):
         attacks.create("optimal", base="ipm", low=-1, high=1)  # ipm refuses epsilon = -1
+
+
+@pytest.mark.parametrize(("name", "parameter"), [("alie", "z"), ("ipm", "epsilon")])
+def test_along_is_the_attack_at_each_value(name: str, parameter: str) -> None:
+    """``along``'s rows equal the attack built with the parameter at that value, bit for bit, and
+    the search through the line picks the same rows as the search building the attack each time."""
+    c = ctx(f=3, n=7, p=20, seed=2, honest=True)
+    line = attacks.create(name).along(c, parameter)
+    assert line is not None
+    for x in (0.0, 0.37, 1.5, 10.0):
+        assert torch.equal(line(x), attacks.create(name, **{parameter: x})(c))
+    assert attacks.create(name).along(c, "other") is None
+    assert attacks.create("sign_flip").along(c, "scale") is None  # not offered: built per value
+
+
+def test_optimal_same_rows_with_and_without_the_line() -> None:
+    c0 = ctx(f=3, n=7, p=20, seed=0)
+    assert c0.honest is not None
+    c = dataclasses.replace(c0, oracle=norm_filter_oracle(c0.honest))
+    fast = attacks.create("optimal")
+    slow = attacks.create("optimal")
+    slow._line = lambda ctx, device, state: (lambda x: slow._rows(ctx, device, state, x))  # type: ignore[method-assign]
+    assert torch.equal(fast(c), slow(c))
+    assert fast.last_stats == slow.last_stats
