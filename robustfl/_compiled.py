@@ -90,8 +90,43 @@ def neighbour_orders(sq: Any) -> Any:
 
 
 @njit(cache=True, nogil=True)
+def _same_nearest(exact: Any, pool: Any, m: int, amb: Any, n: int) -> bool:
+    """Whether every pool row marked in ``amb`` has the same ascending n smallest entries of
+    ``exact`` towards the other pool rows (False when ``exact`` is empty)."""
+    if exact.shape[0] == 0:
+        return False
+    first = np.empty(0)
+    row = np.empty(m - 1)
+    for a in range(m):
+        if not amb[a]:
+            continue
+        c = 0
+        for b in range(m):
+            if b != a:
+                row[c] = exact[pool[a], pool[b]]
+                c += 1
+        near = np.sort(row)[:n]
+        if first.shape[0] == 0:
+            first = near
+        else:
+            for t in range(n):
+                if near[t] != first[t]:
+                    return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def krum_picks(
-    sq: Any, norms2: Any, orders: Any, alive: Any, f: int, count: int, tol: float, picks: Any, amb: Any
+    sq: Any,
+    norms2: Any,
+    orders: Any,
+    alive: Any,
+    f: int,
+    count: int,
+    tol: float,
+    picks: Any,
+    amb: Any,
+    exact: Any,
 ) -> Any:
     """Up to ``count`` successive Krum picks (f-hat ``f``) from the rows still ``alive`` (a pick
     leaves: ``alive`` is updated), while float64 scores settle them. A pool row's score is the
@@ -100,10 +135,16 @@ def krum_picks(
     interval of :func:`robustfl.defenses._select.select_lowest` (``tol`` x the chosen pairs' squared
     norms). A pick is settled when exactly one row's interval reaches the lowest upper bound.
 
+    An unsettled pick is made here too when the float64 squared distances ``exact`` (K, K; the
+    caller's ``Distances.refined``, or a (0, 0) array while it has none) give every row that may
+    be first the same ascending sequence of its n smallest: their exact scores, the sums of those
+    sequences, are then equal whatever the order of summation, and the lowest index wins, as in
+    the caller's re-scoring.
+
     Returns (picks made, written to ``picks``; status): status 0 when all ``count`` are made;
-    -2 when the next pick is unsettled, ``amb`` then marks, in pool order, the rows that may be
-    first (the caller re-scores them exactly); -1 when the next pick has a non-finite score or
-    no neighbours (the caller makes it).
+    -2 when the next pick is unsettled otherwise, ``amb`` then marks, in pool order, the rows that
+    may be first (the caller re-scores them exactly); -1 when the next pick has a non-finite score
+    or no neighbours (the caller makes it).
     """
     k = sq.shape[0]
     pool = np.empty(k, dtype=np.int64)
@@ -142,7 +183,7 @@ def krum_picks(
                 count_amb += 1
                 if first < 0:
                     first = a
-        if count_amb > 1:
+        if count_amb > 1 and not _same_nearest(exact, pool, m, amb, n):
             return made, -2
         picks[made] = pool[first]
         alive[pool[first]] = False

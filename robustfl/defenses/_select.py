@@ -120,7 +120,9 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
     The float64 scores and their error intervals come from a compiled loop
     (:func:`robustfl._compiled.krum_picks`, each row's neighbours sorted once); when intervals
     overlap at the top, the rows that may be first are re-scored from ``Distances.refined`` as in
-    :func:`select_lowest` (the lowest exact score wins, ties to the lowest index); a non-finite
+    :func:`select_lowest` (the lowest exact score wins, ties to the lowest index; the loop itself
+    settles the case where their exact scores are sums of the same sequence, e.g. ALIE's copies,
+    once the refined matrix exists); a non-finite
     row or no neighbours leave the pick to :func:`select_lowest` itself. Same picks (tested).
     """
     from .. import _compiled  # numba, on first use
@@ -132,9 +134,12 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
     orders = _compiled.neighbour_orders(sq)
     alive = np.ones(k, dtype=np.bool_)
     out, amb = np.empty(count, dtype=np.int64), np.zeros(k, dtype=np.bool_)
+    exact = np.empty((0, 0))  # Distances.refined, once the first unsettled pick has built it
     picks: list[int] = []
     while len(picks) < count:
-        made, status = _compiled.krum_picks(sq, norms2, orders, alive, f, count - len(picks), tol, out, amb)
+        made, status = _compiled.krum_picks(
+            sq, norms2, orders, alive, f, count - len(picks), tol, out, amb, exact
+        )
         picks += out[:made].tolist()
         if status == 0:
             break
@@ -145,6 +150,8 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
             rows = torch.from_numpy(np.flatnonzero(amb[: len(left)])).to(dist.sq.device)
             scores = exact_scores(dist, pool, rows, n)
             pick = int(pool[rows[int(torch.argmin(scores))]])  # argmin: the first among equals
+            if dist._refined is not None and dist._refined.device.type == "cpu":
+                exact = dist._refined.numpy()
         else:
             pick = int(select_lowest(dist, pool, n, 1)[0][0])
         picks.append(pick)

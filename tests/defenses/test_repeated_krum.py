@@ -52,3 +52,44 @@ def test_repeated_krum_picks_what_select_lowest_picks(name: str, updates: torch.
     count = updates.shape[0] - 2 * f
     fast = repeated_krum(Distances.of(updates), f, count).tolist()
     assert fast == _loop(updates, f, count), name
+
+
+@pytest.mark.parametrize(("offset", "rescored"), [(0.0, 1), (1e4, 18)])
+def test_copies_are_settled_in_the_loop(
+    offset: float, rescored: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ALIE-like rounds (f identical rows near the honest ones): the first unsettled pick is
+    re-scored in Python (it builds the refined matrix), later ties among the copies are settled
+    in the compiled loop, and the picks are still the plain loop's. Under a large common offset
+    every pick is unsettled among rows that are not copies: each is re-scored in Python."""
+    import robustfl.defenses._select as select
+
+    g = torch.Generator().manual_seed(3)
+    u = torch.randn(30, 105, generator=g, dtype=torch.float64) + offset
+    u = u.float()
+    u[:6] = u[6:].mean(0) + 0.1 * u[6:].std(0)  # six copies
+    calls = []
+    real = select.exact_scores
+
+    def counted(*a):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(select, "exact_scores", counted)
+    fast = repeated_krum(Distances.of(u), 6, 18).tolist()
+    monkeypatch.setattr(select, "exact_scores", real)
+    assert fast == _loop(u, 6, 18)
+    assert fast[:6] == [0, 1, 2, 3, 4, 5]  # the copies first, lowest index first
+    assert len(calls) == rescored
+
+
+def test_equal_sequences_sum_equally_in_every_row() -> None:
+    """The premise of settling copies in the loop: torch sums a row of ``topk`` values the same
+    way in every row, so rows holding the same sequence get the same score."""
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 7, 16, 33, 48):
+        for r in (1, 3, 9, 17, 50):
+            v = torch.sort(torch.rand(n, generator=g, dtype=torch.float64) * 1e3).values
+            rows = torch.cat([v.expand(r, n), torch.full((r, 4), math.inf, dtype=torch.float64)], 1)
+            s = torch.topk(rows, n, dim=1, largest=False).values.sum(1)
+            assert bool((s == s[0]).all()), (n, r)
