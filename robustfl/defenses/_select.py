@@ -271,16 +271,18 @@ def sq_dist_to(rows: Tensor, z: Tensor) -> Tensor:
     dtype, and a float64 reduction is ~15x slower on CPU); a chunk whose norm overflows there is
     redone in float64 for the rows concerned.
     """
-    out = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
+    out: Tensor | None = None
+    one = rows.shape[1] <= _CHUNK  # one chunk: no slicing
     for start in range(0, rows.shape[1], _CHUNK):
         stop = start + _CHUNK
-        part = torch.linalg.vector_norm(rows[:, start:stop] - z[start:stop], dim=1).to(torch.float64).square()
-        redo = ~torch.isfinite(part)
-        if rows.dtype != torch.float64 and bool(redo.any()):
+        r, c = (rows, z) if one else (rows[:, start:stop], z[start:stop])
+        part = torch.linalg.vector_norm(r - c, dim=1).to(torch.float64).square()
+        if rows.dtype != torch.float64 and not bool(torch.isfinite(part).all()):
+            redo = ~torch.isfinite(part)
             diff = rows[redo, start:stop].to(torch.float64) - z[start:stop].to(torch.float64)
             part[redo] = diff.square().sum(1)
-        out += part
-    return out
+        out = part if out is None else out + part  # as 0 + part, then += part: the same sums
+    return out if out is not None else torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
 
 
 def kth_smallest(x: Tensor, k: int) -> Tensor:
