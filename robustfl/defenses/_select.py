@@ -77,40 +77,47 @@ def exact_scores(dist: Distances, pool: Tensor, rows: Tensor, n: int) -> Tensor:
     return torch.topk(exact, n, dim=1, largest=False).values.sum(1)
 
 
-def select_lowest(dist: Distances, pool: Tensor, n: int, m: int) -> tuple[Tensor, Tensor, bool]:
-    """The m rows of ``pool`` with the lowest Krum score (n neighbours); ties to the lowest index.
+def select_lowest(dist: Distances, pool: Tensor | None, n: int, m: int) -> tuple[Tensor, Tensor, bool]:
+    """The m rows of ``pool`` (None: all rows, in order) with the lowest Krum score (n
+    neighbours); ties to the lowest index.
 
     Returns (selected indices into the rows, in ascending (score, index) order; float64 scores
     of the pool rows, exact where they were re-scored; whether the choice fell to the index
-    tie-break, i.e. the m-th and (m+1)-th rows have equal keys).
+    tie-break, i.e. the m-th and (m+1)-th rows have equal keys). The scores and their error
+    bounds are torch's; the decision on them (comparisons, counts, stable sorts: exact in any
+    library) runs in numpy, whose operations on K values cost a fraction of torch's.
     """
-    m = max(0, min(m, len(pool)))
-    bad = dist.bad[pool]
+    whole = pool is None
+    rows = torch.arange(dist.sq.shape[0], device=dist.sq.device) if pool is None else pool
+    m = max(0, min(m, len(rows)))
     if n == 0:  # every score is 0: order by (non-finite row, index)
-        scores = torch.zeros(len(pool), dtype=torch.float64, device=pool.device)
+        scores = torch.zeros(len(rows), dtype=torch.float64, device=rows.device)
     else:
-        approx, nbr = smallest_sums(dist.sq[pool][:, pool], n, ordered=False)
+        approx, nbr = smallest_sums(dist.sq if whole else dist.sq[rows][:, rows], n, ordered=False)
         scores = approx.to(torch.float64)
-        finite = torch.isfinite(scores)
-        ns = dist.norms2[pool]
+        ns = dist.norms2 if whole else dist.norms2[rows]
         tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
         err = (tol * (ns[:, None] + ns[nbr])).sum(1)
-        idx = torch.nonzero(finite).flatten()
+        s, e = scores.cpu().numpy(), err.cpu().numpy()
+        idx = np.flatnonzero(np.isfinite(s))
         if 0 < m <= len(idx):
-            lo, hi = (scores - err)[idx], (scores + err)[idx]
+            lo, hi = s[idx] - e[idx], s[idx] + e[idx]
             may_precede = (lo[None, :] <= hi[:, None]).sum(1) - 1
             surely_precede = (hi[None, :] < lo[:, None]).sum(1)
             amb = idx[(may_precede >= m) & (surely_precede < m)]
             need = m - int((may_precede < m).sum())  # slots left after the rows surely selected
             if 0 < need < len(amb):  # the choice depends on rounding: re-score those rows in float64
-                scores[amb] = exact_scores(dist, pool, amb, n)
-    key = torch.where(torch.isfinite(scores), scores, torch.full_like(scores, math.inf))
-    order = torch.sort(key, stable=True).indices
-    order = order[torch.sort(bad[order].to(torch.uint8), stable=True).indices]
-    tied = 0 < m < len(pool) and bool(
-        (key[order[m - 1]] == key[order[m]]) & (bad[order[m - 1]] == bad[order[m]])
-    )
-    return pool[order[:m]], scores, tied
+                at = torch.from_numpy(amb).to(rows.device)
+                scores[at] = exact_scores(dist, rows, at, n)
+    s = scores.cpu().numpy()
+    bad = (dist.bad if whole else dist.bad[rows]).cpu().numpy()
+    key = np.where(np.isfinite(s), s, math.inf)
+    order = np.argsort(key, kind="stable")
+    order = order[np.argsort(bad[order].astype(np.uint8), kind="stable")]
+    a, b = order[m - 1 : m + 1] if 0 < m < len(rows) else (0, 0)
+    tied = 0 < m < len(rows) and bool(key[a] == key[b] and bad[a] == bad[b])
+    chosen = torch.from_numpy(order[:m]).to(rows.device)
+    return (chosen if whole else rows[chosen]), scores, tied
 
 
 def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:

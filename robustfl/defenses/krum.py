@@ -60,8 +60,7 @@ class Krum(Rule):
         check_updates(updates, self.name)
         k = updates.shape[0]
         dist = Distances.of(updates)
-        pool = torch.arange(k, device=updates.device)
-        sel, scores, tied = select_lowest(dist, pool, krum_neighbours(k, f_hat(ctx)), 1)
+        sel, scores, tied = select_lowest(dist, None, krum_neighbours(k, f_hat(ctx)), 1)
         i = int(sel[0])
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
         weights[i] = 1

@@ -53,8 +53,7 @@ class MultiKrum(Rule):
         k, f = updates.shape[0], f_hat(ctx)
         m = min(k, self.selected if self.selected is not None else max(1, k - f))
         dist = Distances.of(updates)
-        pool = torch.arange(k, device=updates.device)
-        sel, scores, tied = select_lowest(dist, pool, krum_neighbours(k, f), m)
+        sel, scores, tied = select_lowest(dist, None, krum_neighbours(k, f), m)
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)
         weights[sel] = 1.0 / m
         vector = combine(updates, weights, not bool(dist.bad.any()))
