@@ -250,3 +250,25 @@ def test_coordinate_rules_split_over_threads_bit_for_bit(
     assert np.array_equal(_select.kth_smallest(u, 10).numpy(), want_kth, equal_nan=True)
     med = D.create("median")(u, DefenseContext(assumed_byzantine=2)).vector.numpy()
     assert np.array_equal(med, np.partition(a, 10, axis=0)[10], equal_nan=True)
+
+
+def test_foolsgold_copy_is_independent() -> None:
+    """The oracle's trial copy of FoolsGold (its own ``__deepcopy__``): the same history, the same
+    next output, and a call on the copy leaves the original's history as it was."""
+    import copy
+
+    from robustfl import defenses
+    from robustfl.types import DefenseContext
+
+    g = torch.Generator().manual_seed(4)
+    rule = defenses.create("foolsgold")
+    ctx = DefenseContext(assumed_byzantine=2, client_ids=torch.arange(9))
+    for _ in range(3):
+        rule(torch.randn(9, 12, generator=g), ctx)
+    before = rule._hist.clone()
+    trial = copy.deepcopy(rule)
+    u = torch.randn(9, 12, generator=g)
+    out = trial(u, ctx)
+    assert torch.equal(rule._hist, before) and rule._index == trial._index  # the original as it was
+    assert not torch.equal(trial._hist, before)  # the copy moved on
+    assert torch.equal(out.vector, rule(u, ctx).vector)  # the same state: the same output
