@@ -10,6 +10,15 @@
   the ``select_lowest`` loop it replaced, on rows like an ``optimal`` round's (the 10 Byzantine
   rows identical: every other pick needs the exact re-scoring); picks checked identical.
 
+* ``flame``: FLAME's clustering on the cosine distances of such a round (K = 50): HDBSCAN's closed
+  form at FLAME's settings (``flame.majority_cluster``, compiled) against scikit-learn's HDBSCAN,
+  which FLAME called before; masks checked identical;
+* ``dnc``: DnC at P = 105 <= ``subsample``, where every draw is all the coordinates, with the
+  filter computed once against the five-fold loop it replaced; weights checked identical;
+* ``optimal``: one round of the ``optimal`` attack (alie, 51 evaluations) against a mean oracle,
+  with alie's ``along`` line (statistics once) against building the attack for each value;
+  rows checked identical.
+
 Ratio = old / new (> 1: the new path is faster); best of N, the two alternating (``rules.alternate``).
 """
 
@@ -80,13 +89,138 @@ def bench_bulyan(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> d
     }
 
 
+def _optimal_like(k: int, p: int, f: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(k, p, generator=g, dtype=torch.float64)
+    u[k - f :] = u[: k - f].mean(0) + 1.5 * u[: k - f].std(0)  # f identical rows, as ALIE sends
+    return u.float()
+
+
+def bench_flame(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> dict[str, Any]:
+    import warnings
+
+    import numpy as np
+    from sklearn.cluster import HDBSCAN
+
+    from robustfl.defenses._select import gram64
+    from robustfl.defenses.flame import majority_cluster
+
+    u = _optimal_like(k, p, f)
+    n = torch.linalg.vector_norm(u, dim=1).double()
+    dist = (1 - gram64(u) / (n[:, None] * n[None, :])).clamp(0.0, 2.0).fill_diagonal_(0.0).numpy()
+
+    def scikit() -> np.ndarray:
+        hdb = HDBSCAN(min_cluster_size=k // 2 + 1, min_samples=1, metric="precomputed",
+                      allow_single_cluster=True, copy=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            labels = hdb.fit_predict(dist)
+        out: np.ndarray = labels == int(np.argmax(np.bincount(labels[labels >= 0])))
+        return out
+
+    same = bool((majority_cluster(dist) == scikit()).all())
+    loops = 20  # microseconds a call: time 20 calls in a row (per call below), both sides alike
+    best, ran = alternate(
+        {
+            "closed form": lambda: [majority_cluster(dist) for _ in range(loops)],
+            "scikit-learn": lambda: [scikit() for _ in range(loops)],
+        },
+        repeats,
+    )
+    return {
+        "case": f"flame clustering, K={k}, {f} identical rows",
+        "new_s": best["closed form"] / loops,
+        "old_s": best["scikit-learn"] / loops,
+        "ratio": best["scikit-learn"] / best["closed form"],
+        "identical": same,
+        "repeats": ran,
+    }
+
+
+def _dnc_every_draw(rule: Any, updates: torch.Tensor, ctx: Any) -> torch.Tensor:
+    """DnC's good set as computed before the one-filter case: the filter on every draw."""
+    from robustfl.defenses._select import f_hat, generator_for
+
+    k, p = updates.shape
+    keep_n = max(1, k - int(rule.c * f_hat(ctx) + 1e-9))
+    good = torch.ones(k, dtype=torch.bool)
+    g = generator_for(ctx)
+    for _ in range(rule.iterations):
+        r = torch.sort(torch.randperm(p, generator=g)[: rule.subsample]).values
+        sub = updates[:, r].to(torch.float64)
+        centred = sub - sub.mean(0)
+        lam, vecs = torch.linalg.eigh(centred @ centred.T)
+        scores = lam[-1].clamp(min=0) * vecs[:, -1].square()
+        keep = torch.zeros_like(good)
+        keep[torch.sort(scores, stable=True).indices[:keep_n]] = True
+        good &= keep
+    return good
+
+
+def bench_dnc(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> dict[str, Any]:
+    from robustfl import defenses
+    from robustfl.types import DefenseContext
+
+    u = _optimal_like(k, p, f)
+    rule = defenses.create("dnc")
+
+    def ctx() -> DefenseContext:
+        return DefenseContext(assumed_byzantine=f, generator=torch.Generator().manual_seed(1))
+
+    new = lambda: rule(u, ctx()).weights  # noqa: E731
+    old = lambda: _dnc_every_draw(rule, u, ctx())  # noqa: E731
+    w = new()
+    same = w is not None and torch.equal(w > 0, old())
+    best, ran = alternate({"once": new, "every draw": old}, repeats)
+    return {
+        "case": f"dnc, K={k}, P={p} <= subsample, f={f}",
+        "new_s": best["once"],
+        "old_s": best["every draw"],
+        "ratio": best["every draw"] / best["once"],
+        "identical": same,
+        "repeats": ran,
+    }
+
+
+def bench_optimal_line(k: int = 50, p: int = 105, f: int = 10, repeats: int = 10) -> dict[str, Any]:
+    from robustfl import attacks
+    from robustfl.types import Aggregate, AttackContext
+
+    u = _optimal_like(k, p, f)
+    honest = u[: k - f]
+
+    def oracle(rows: torch.Tensor) -> Aggregate:
+        return Aggregate(vector=torch.cat([rows, honest]).mean(0))
+
+    ctx = AttackContext(own=u[k - f :], honest=honest, num_clients=k, round=0, oracle=oracle,
+                        generator=torch.Generator().manual_seed(0))
+    fast, slow = attacks.create("optimal"), attacks.create("optimal")
+    slow._line = lambda c, device, state: (lambda x: slow._rows(c, device, state, x))
+    same = torch.equal(fast(ctx), slow(ctx))
+    best, ran = alternate({"line": lambda: fast(ctx), "per value": lambda: slow(ctx)}, repeats)
+    return {
+        "case": f"optimal (alie) round, K={k}, P={p}, mean oracle",
+        "new_s": best["line"],
+        "old_s": best["per value"],
+        "ratio": best["per value"] / best["line"],
+        "identical": same,
+        "repeats": ran,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.catalogue", description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5, help="best of N (default 5; the selection 4 N)")
     ap.add_argument("--rounds", type=int, default=60, help="rounds of the cell (default 60)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    rows = [bench_cell(args.rounds, args.repeats), bench_bulyan(repeats=4 * args.repeats)]
+    rows = [
+        bench_cell(args.rounds, args.repeats),
+        bench_bulyan(repeats=4 * args.repeats),
+        bench_flame(repeats=4 * args.repeats),
+        bench_dnc(repeats=4 * args.repeats),
+        bench_optimal_line(repeats=2 * args.repeats),
+    ]
     print("| case | new | old | old / new | identical |\n|---|---:|---:|---:|---|")
     for r in rows:
         print(

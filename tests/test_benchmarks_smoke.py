@@ -372,10 +372,17 @@ def test_one_step_benchmark_at_toy_size() -> None:
 
 
 def test_catalogue_benchmark_at_toy_size() -> None:
-    """benchmarks.catalogue: the closed-form cell and the compiled Bulyan selection each against
-    the path they replaced, identical results, ratio = old / new of the measured times."""
-    from benchmarks.catalogue import bench_bulyan, bench_cell
+    """benchmarks.catalogue: the closed-form cell, the compiled Bulyan selection, FLAME's closed-form
+    clustering, DnC's single filter and optimal's line each against the path they replaced,
+    identical results, ratio = old / new of the measured times."""
+    from benchmarks.catalogue import bench_bulyan, bench_cell, bench_dnc, bench_flame, bench_optimal_line
 
-    for r in (bench_cell(rounds=2, repeats=1), bench_bulyan(k=15, p=20, f=3, repeats=1)):
+    for r in (
+        bench_cell(rounds=2, repeats=1),
+        bench_bulyan(k=15, p=20, f=3, repeats=1),
+        bench_flame(k=15, p=20, f=3, repeats=1),
+        bench_dnc(k=15, p=20, f=3, repeats=1),
+        bench_optimal_line(k=15, p=20, f=3, repeats=1),
+    ):
         assert r["identical"]
         assert r["ratio"] == pytest.approx(r["old_s"] / r["new_s"])
