@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -39,6 +39,18 @@ from robustfl.simulation.runner import Simulation
 from robustfl.tasks._data import weighted_objective
 
 from .rules import alternate
+
+
+def _compare(
+    case: str, new: tuple[str, Callable[[], Any]], old: tuple[str, Callable[[], Any]], same: bool,
+    repeats: int, per: int = 1,
+) -> dict[str, Any]:
+    """Time ``new`` and ``old`` alternating (best of ``repeats``; each call runs the path ``per``
+    times) and report them with the ratio old / new and whether the results were identical."""
+    best, ran = alternate(dict([new, old]), repeats)
+    t_new, t_old = best[new[0]], best[old[0]]
+    return {"case": case, "new_s": t_new / per, "old_s": t_old / per, "ratio": t_old / t_new,
+            "identical": same, "repeats": ran}
 
 
 def _krum_loop(updates: torch.Tensor, f: int, count: int) -> list[int]:
@@ -59,41 +71,25 @@ def bench_cell(rounds: int = 60, repeats: int = 5) -> dict[str, Any]:
     objective = weighted_objective(p.loss, p.client_data, p.client_mask, p.num_samples)
     slow.problem = dataclasses.replace(p, shared_grad=None, objective=objective)
     same = torch.equal(fast.run().final_model, slow.run().final_model)
-    best, ran = alternate({"closed_form": fast.run, "vmap": slow.run}, repeats)
-    return {
-        "case": f"cell alie x median, logreg, 50 clients, {rounds} rounds",
-        "new_s": best["closed_form"],
-        "old_s": best["vmap"],
-        "ratio": best["vmap"] / best["closed_form"],
-        "identical": same,
-        "repeats": ran,
-    }
+    case = f"cell alie x median, logreg, 50 clients, {rounds} rounds"
+    return _compare(case, ("closed form", fast.run), ("vmap", slow.run), same, repeats)
 
 
 def bench_bulyan(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> dict[str, Any]:
-    g = torch.Generator().manual_seed(0)
-    u = torch.randn(k, p, generator=g, dtype=torch.float64)
-    u[k - f :] = u[: k - f].mean(0) + 1.5 * u[: k - f].std(0)  # f identical rows, as ALIE sends
+    u = _optimal_like(k, p, f, torch.float64)
     count = k - 2 * f
     new = lambda: repeated_krum(Distances.of(u), f, count).tolist()  # noqa: E731
     old = lambda: _krum_loop(u, f, count)  # noqa: E731
-    same = new() == old()
-    best, ran = alternate({"repeated_krum": new, "select_lowest loop": old}, repeats)
-    return {
-        "case": f"bulyan selection, K={k}, P={p}, f={f}, {f} identical rows",
-        "new_s": best["repeated_krum"],
-        "old_s": best["select_lowest loop"],
-        "ratio": best["select_lowest loop"] / best["repeated_krum"],
-        "identical": same,
-        "repeats": ran,
-    }
+    case = f"bulyan selection, K={k}, P={p}, f={f}, {f} identical rows"
+    return _compare(case, ("repeated_krum", new), ("select_lowest loop", old), new() == old(), repeats)
 
 
-def _optimal_like(k: int, p: int, f: int) -> torch.Tensor:
+def _optimal_like(k: int, p: int, f: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """K rows like an ``optimal`` round's: K - f Gaussian rows and f identical ones, as ALIE sends."""
     g = torch.Generator().manual_seed(0)
     u = torch.randn(k, p, generator=g, dtype=torch.float64)
-    u[k - f :] = u[: k - f].mean(0) + 1.5 * u[: k - f].std(0)  # f identical rows, as ALIE sends
-    return u.float()
+    u[k - f :] = u[: k - f].mean(0) + 1.5 * u[: k - f].std(0)
+    return u.to(dtype)
 
 
 def bench_flame(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> dict[str, Any]:
@@ -119,22 +115,11 @@ def bench_flame(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> di
         return out
 
     same = bool((majority_cluster(dist) == scikit()).all())
-    loops = 20  # microseconds a call: time 20 calls in a row (per call below), both sides alike
-    best, ran = alternate(
-        {
-            "closed form": lambda: [majority_cluster(dist) for _ in range(loops)],
-            "scikit-learn": lambda: [scikit() for _ in range(loops)],
-        },
-        repeats,
-    )
-    return {
-        "case": f"flame clustering, K={k}, {f} identical rows",
-        "new_s": best["closed form"] / loops,
-        "old_s": best["scikit-learn"] / loops,
-        "ratio": best["scikit-learn"] / best["closed form"],
-        "identical": same,
-        "repeats": ran,
-    }
+    loops = 20  # microseconds a call: time 20 calls in a row, both sides alike
+    new = lambda: [majority_cluster(dist) for _ in range(loops)]  # noqa: E731
+    old = lambda: [scikit() for _ in range(loops)]  # noqa: E731
+    case = f"flame clustering, K={k}, {f} identical rows"
+    return _compare(case, ("closed form", new), ("scikit-learn", old), same, repeats, per=loops)
 
 
 def _dnc_every_draw(rule: Any, updates: torch.Tensor, ctx: Any) -> torch.Tensor:
@@ -171,15 +156,8 @@ def bench_dnc(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> dict
     old = lambda: _dnc_every_draw(rule, u, ctx())  # noqa: E731
     w = new()
     same = w is not None and torch.equal(w > 0, old())
-    best, ran = alternate({"once": new, "every draw": old}, repeats)
-    return {
-        "case": f"dnc, K={k}, P={p} <= subsample, f={f}",
-        "new_s": best["once"],
-        "old_s": best["every draw"],
-        "ratio": best["every draw"] / best["once"],
-        "identical": same,
-        "repeats": ran,
-    }
+    case = f"dnc, K={k}, P={p} <= subsample, f={f}"
+    return _compare(case, ("once", new), ("every draw", old), same, repeats)
 
 
 def bench_optimal_line(k: int = 50, p: int = 105, f: int = 10, repeats: int = 10) -> dict[str, Any]:
@@ -197,15 +175,8 @@ def bench_optimal_line(k: int = 50, p: int = 105, f: int = 10, repeats: int = 10
     fast, slow = attacks.create("optimal"), attacks.create("optimal")
     slow._line = lambda c, device, state: (lambda x: slow._rows(c, device, state, x))
     same = torch.equal(fast(ctx), slow(ctx))
-    best, ran = alternate({"line": lambda: fast(ctx), "per value": lambda: slow(ctx)}, repeats)
-    return {
-        "case": f"optimal (alie) round, K={k}, P={p}, mean oracle",
-        "new_s": best["line"],
-        "old_s": best["per value"],
-        "ratio": best["per value"] / best["line"],
-        "identical": same,
-        "repeats": ran,
-    }
+    case = f"optimal (alie) round, K={k}, P={p}, mean oracle"
+    return _compare(case, ("line", lambda: fast(ctx)), ("per value", lambda: slow(ctx)), same, repeats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -133,6 +133,18 @@ def dnc(u: np.ndarray, f: int, c: float, subsets: list[np.ndarray]) -> np.ndarra
     return np.mean([u[i] for i in sorted(good)], axis=0)
 
 
+def flame_hdbscan_labels(dist: np.ndarray) -> np.ndarray:
+    """scikit-learn's HDBSCAN labels at FLAME's settings on precomputed distances."""
+    labels: np.ndarray = HDBSCAN(
+        min_cluster_size=max(2, len(dist) // 2 + 1),
+        min_samples=1,
+        metric="precomputed",
+        allow_single_cluster=True,
+        copy=True,
+    ).fit_predict(dist)
+    return labels
+
+
 def flame(u: np.ndarray) -> tuple[np.ndarray, list[int]]:
     k = len(u)
     dist = np.zeros((k, k))
@@ -141,13 +153,7 @@ def flame(u: np.ndarray) -> tuple[np.ndarray, list[int]]:
             if i != j:
                 c = np.dot(u[i], u[j]) / (np.linalg.norm(u[i]) * np.linalg.norm(u[j]))
                 dist[i, j] = min(2.0, max(0.0, 1 - c))
-    labels = HDBSCAN(
-        min_cluster_size=max(2, k // 2 + 1),
-        min_samples=1,
-        metric="precomputed",
-        allow_single_cluster=True,
-        copy=True,
-    ).fit_predict(dist)
+    labels = flame_hdbscan_labels(dist)
     clusters = [lab for lab in labels if lab >= 0]
     if clusters:
         best = max(set(clusters), key=lambda lab: (clusters.count(lab), -lab))

@@ -6,22 +6,16 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.cluster import HDBSCAN
 
 from robustfl.defenses.flame import majority_cluster
 
+from ._refs import flame_hdbscan_labels
+
 
 def sklearn_mask(dist: np.ndarray) -> np.ndarray:
-    n = len(dist)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        labels = HDBSCAN(
-            min_cluster_size=max(2, n // 2 + 1),
-            min_samples=1,
-            metric="precomputed",
-            allow_single_cluster=True,
-            copy=True,
-        ).fit_predict(dist.copy())
+        labels = flame_hdbscan_labels(dist.copy())
     found = labels[labels >= 0]
     assert found.size > 0  # at these settings HDBSCAN always finds its one cluster
     out: np.ndarray = labels == int(np.argmax(np.bincount(found)))
