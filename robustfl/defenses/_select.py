@@ -98,7 +98,7 @@ def select_lowest(dist: Distances, pool: Tensor | None, n: int, m: int) -> tuple
         ns = dist.norms2 if whole else dist.norms2[rows]
         tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
         err = (tol * (ns[:, None] + ns[nbr])).sum(1)
-        s, e = scores.cpu().numpy(), err.cpu().numpy()
+        s, e = scores.detach().cpu().numpy(), err.detach().cpu().numpy()
         idx = np.flatnonzero(np.isfinite(s))
         if 0 < m <= len(idx):
             lo, hi = s[idx] - e[idx], s[idx] + e[idx]
@@ -109,7 +109,7 @@ def select_lowest(dist: Distances, pool: Tensor | None, n: int, m: int) -> tuple
             if 0 < need < len(amb):  # the choice depends on rounding: re-score those rows in float64
                 at = torch.from_numpy(amb).to(rows.device)
                 scores[at] = exact_scores(dist, rows, at, n)
-    s = scores.cpu().numpy()
+    s = scores.detach().cpu().numpy()
     bad = (dist.bad if whole else dist.bad[rows]).cpu().numpy()
     key = np.where(np.isfinite(s), s, math.inf)
     order = np.argsort(key, kind="stable")

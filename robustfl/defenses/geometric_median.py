@@ -83,7 +83,7 @@ class GeometricMedian(Rule):
                     d2[unsure] = sq_dist_to(rows[unsure], z)
             else:
                 d2 = sq_dist_to(rows, z)
-            beta = d2.sqrt().clamp_(min=floor).reciprocal_()  # 1 / max(floor, d): torch's 1.0 / x is this
+            beta = d2.sqrt().clamp(min=floor).reciprocal()  # 1 / max(floor, d): torch's 1.0 / x is this
             w = beta / beta.sum()
             z_new = w.to(updates.dtype) @ rows
             change = float(torch.linalg.vector_norm(z_new - z, dtype=torch.float64))

@@ -93,3 +93,17 @@ def test_equal_sequences_sum_equally_in_every_row() -> None:
             rows = torch.cat([v.expand(r, n), torch.full((r, 4), math.inf, dtype=torch.float64)], 1)
             s = torch.topk(rows, n, dim=1, largest=False).values.sum(1)
             assert bool((s == s[0]).all()), (n, r)
+
+
+@pytest.mark.parametrize("name", ["krum", "multi_krum"])
+def test_krum_selection_under_autograd(name: str) -> None:
+    """Krum and Multi-Krum stay differentiable in the rows (the worst-case search's gradient
+    stage): the numpy decision reads detached scores, and the gradient reaches the picked rows."""
+    from robustfl import defenses
+    from robustfl.types import DefenseContext
+
+    u = torch.randn(12, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).requires_grad_()
+    out = defenses.create(name)(u, DefenseContext(assumed_byzantine=2))
+    out.vector.sum().backward()
+    assert u.grad is not None
+    assert u.grad.abs().sum(1).gt(0).tolist() == (out.weights > 0).tolist()
