@@ -319,6 +319,16 @@ def _matrix_lines(res: dict[str, Any]) -> list[str]:
         ]
         if res.get("pairs")
         else []
+    ) + (
+        [
+            "  per pair, against a cell run alone and as two copies (the ceiling for this work): "
+            + ", ".join(
+                f"{p['speedup']:.2f} / {p['cell_ceiling']:.2f} = {p['cell_efficiency']:.0%}"
+                for p in res["pairs"]
+            )
+        ]
+        if res.get("pairs") and all("cell_ceiling" in p for p in res["pairs"])
+        else []
     )
 
 

@@ -9,7 +9,11 @@ must be identical (everything but ``elapsed_s``), else the group fails.
 The machine's own ceiling is measured beside it: a fixed CPU-bound torch job (a loop of small
 matrix products, single-threaded, like a cell) run once alone and then as N copies at once;
 ``ceiling = N * alone / together`` is the most N processes can gain on this machine (below N
-when the CPUs share caches, memory bandwidth or a hypervisor's time).
+when the CPUs share caches, memory bandwidth or a hypervisor's time). That loop lives in the
+first-level caches; a cell does not (its data and temporaries are hundreds of KB to MB), so a
+second ceiling runs a cell itself the same way (``cell_ceiling``: ``scenarios/defenses.toml``'s
+alie x median cell, in-process, one thread): what the machine gives N processes doing this work.
+Both are reported, each with its efficiency.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ print(time.perf_counter() - t)
 """
 
 
+_CELL = """
+import time, torch
+from robustfl.scenario import load_scenario
+from robustfl.simulation.runner import Simulation
+torch.set_num_threads(1)
+sc = load_scenario("defenses")
+Simulation(sc, "alie", "median", 0).run()
+t = time.perf_counter()
+for _ in range({n}):
+    Simulation(sc, "alie", "median", 0).run()
+print(time.perf_counter() - t)
+"""
+
+
 def _cells(path: Path) -> list[dict[str, Any]]:
     cells = json.loads(path.read_text())["cells"]
     for c in cells:
@@ -61,15 +79,19 @@ def _run(
     return wall, _cells(js)
 
 
-def ceiling(n: int, iterations: int = 20_000, rounds: int = 4) -> dict[str, float]:
-    """N copies of a single-threaded CPU-bound torch loop at once against one alone, interleaved
-    ``rounds`` times (alone, together, alone, ...) and the best of each kept: a shared machine's
-    speed drifts from second to second, and a single slow 'alone' would give a ceiling above N."""
-    code = _SPIN.format(n=iterations)
+def ceiling(
+    n: int, iterations: int = 20_000, rounds: int = 4, code: str | None = None
+) -> dict[str, float]:
+    """N copies of a single-threaded CPU-bound torch loop (``code``: a script printing its own
+    timed seconds; default the spin loop) at once against one alone, interleaved ``rounds`` times
+    (alone, together, alone, ...) and the best of each kept: a shared machine's speed drifts from
+    second to second, and a single slow 'alone' would give a ceiling above N."""
+    code = code if code is not None else _SPIN.format(n=iterations)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def together(k: int) -> float:
         procs = [
-            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
             for _ in range(k)
         ]
         return max(float(p.communicate()[0]) for p in procs)
@@ -87,12 +109,16 @@ def bench_matrix(
     repeats: int = 3,
     extra: Sequence[str] = (),
     spin_iterations: int = 20_000,
+    cell_runs: int = 10,
+    ceiling_rounds: int = 4,
 ) -> dict[str, Any]:
     """``repeats`` pairs of runs, ``--workers 1`` and ``--workers N`` (``extra``: more CLI
     arguments, e.g. a subset of the matrix; the pair's order alternates), each pair beside its own
-    measurement of the machine's ceiling (the speed of a shared machine drifts between minutes:
-    a pair is compared with the ceiling measured just before it). ``efficiency`` = (wall 1 / wall
-    N) / ceiling per pair; the medians are reported, and ``machine`` is the measurement of the pair
+    measurements of the machine's ceilings (the speed of a shared machine drifts between minutes:
+    a pair is compared with the ceilings measured just before it). ``efficiency`` = (wall 1 /
+    wall N) / ceiling per pair, ``cell_efficiency`` the same against the cell ceiling
+    (``cell_runs`` cells a measurement; ``ceiling_rounds`` interleaved measurements of each
+    ceiling); the medians are reported, and ``machine`` is the spin-loop measurement of the pair
     with the middle ceiling (none is taken again)."""
     times: dict[int, list[float]] = {1: [], workers: []}
     pairs: list[dict[str, float]] = []
@@ -100,7 +126,8 @@ def bench_matrix(
     identical = True
     with tempfile.TemporaryDirectory(prefix="robustfl-bench-") as d:
         for r in range(repeats):
-            machine = ceiling(workers, spin_iterations)
+            machine = ceiling(workers, spin_iterations, ceiling_rounds)
+            cell = ceiling(workers, rounds=ceiling_rounds, code=_CELL.format(n=cell_runs))["ceiling"]
             walls: dict[int, float] = {}
             for w in ((1, workers) if r % 2 == 0 else (workers, 1)):
                 wall, cells = _run(scenario, w, Path(d), 2 * r + (w != 1), extra)
@@ -110,10 +137,19 @@ def bench_matrix(
                 identical = identical and cells == first
                 print(f"  matrix {scenario} --workers {w}: {wall:.2f} s", file=sys.stderr, flush=True)
             speedup = walls[1] / walls[workers]
-            pairs.append({**machine, "speedup": speedup, "efficiency": speedup / machine["ceiling"]})
+            pairs.append(
+                {
+                    **machine,
+                    "speedup": speedup,
+                    "efficiency": speedup / machine["ceiling"],
+                    "cell_ceiling": cell,
+                    "cell_efficiency": speedup / cell,
+                }
+            )
             print(
                 f"  pair {r + 1}: speed-up {speedup:.2f}, ceiling {machine['ceiling']:.2f}, "
-                f"efficiency {speedup / machine['ceiling']:.0%}",
+                f"efficiency {speedup / machine['ceiling']:.0%}; cell ceiling {cell:.2f}, "
+                f"efficiency {speedup / cell:.0%}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -130,6 +166,8 @@ def bench_matrix(
         "pairs": pairs,
         "efficiency_median": statistics.median(p["efficiency"] for p in pairs),
         "ceiling_median": statistics.median(p["ceiling"] for p in pairs),
+        "cell_efficiency_median": statistics.median(p["cell_efficiency"] for p in pairs),
+        "cell_ceiling_median": statistics.median(p["cell_ceiling"] for p in pairs),
         "identical": identical,
         "extra": list(extra),
         "machine": sorted(pairs, key=lambda p: p["ceiling"])[len(pairs) // 2],  # the middle pair's
