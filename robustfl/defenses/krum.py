@@ -36,7 +36,7 @@ def score_gap(scores: Tensor) -> float:
     """Relative gap between the two lowest scores (0 when undefined)."""
     if scores.numel() < 2:
         return 0.0
-    s = torch.sort(scores).values
+    s = torch.sort(scores.detach()).values  # a statistic: never part of a gradient
     return float((s[1] - s[0]) / s[1]) if torch.isfinite(s[1]) and s[1] > 0 else 0.0
 
 
