@@ -53,8 +53,9 @@ def _compare(
             "identical": same, "repeats": ran}
 
 
-def _krum_loop(updates: torch.Tensor, f: int, count: int) -> list[int]:
-    """The selection Bulyan made before ``repeated_krum``: ``select_lowest`` on a shrinking pool."""
+def krum_loop(updates: torch.Tensor, f: int, count: int) -> list[int]:
+    """The selection Bulyan made before ``repeated_krum``: ``select_lowest`` on a shrinking pool
+    (also the reference of tests/defenses/test_repeated_krum.py)."""
     dist, pool, picks = Distances.of(updates), torch.arange(updates.shape[0]), []
     for _ in range(count):
         pick = int(select_lowest(dist, pool, krum_neighbours(len(pool), f), 1)[0][0])
@@ -79,7 +80,7 @@ def bench_bulyan(k: int = 50, p: int = 105, f: int = 10, repeats: int = 20) -> d
     u = _optimal_like(k, p, f, torch.float64)
     count = k - 2 * f
     new = lambda: repeated_krum(Distances.of(u), f, count).tolist()  # noqa: E731
-    old = lambda: _krum_loop(u, f, count)  # noqa: E731
+    old = lambda: krum_loop(u, f, count)  # noqa: E731
     case = f"bulyan selection, K={k}, P={p}, f={f}, {f} identical rows"
     return _compare(case, ("repeated_krum", new), ("select_lowest loop", old), new() == old(), repeats)
 

@@ -48,6 +48,12 @@ class Distances:
         norms = row_norms(updates)
         return cls(updates, sq, norms.square(), ~torch.isfinite(norms))
 
+    @property
+    def tol(self) -> float:
+        """The Gram distances' rounding bound, relative to the pair's squared norms:
+        ``eps (4 + 2 sqrt(P))`` of the rows' dtype (the module docstring)."""
+        return torch.finfo(self.updates.dtype).eps * (4 + 2 * math.sqrt(self.updates.shape[1]))
+
     def refined(self, centre: int) -> Tensor:
         """float64 (K, K) squared distances from the float64 Gram matrix of the rows centred at
         row ``centre`` (a finite row among those being compared), computed once and cached.
@@ -96,7 +102,7 @@ def select_lowest(dist: Distances, pool: Tensor | None, n: int, m: int) -> tuple
         approx, nbr = smallest_sums(dist.sq if whole else dist.sq[rows][:, rows], n, ordered=False)
         scores = approx.to(torch.float64)
         ns = dist.norms2 if whole else dist.norms2[rows]
-        tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
+        tol = dist.tol
         err = (tol * (ns[:, None] + ns[nbr])).sum(1)
         s, e = scores.detach().cpu().numpy(), err.detach().cpu().numpy()
         idx = np.flatnonzero(np.isfinite(s))
@@ -137,7 +143,7 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
     k = dist.sq.shape[0]
     sq = dist.sq.to(torch.float64).cpu().numpy()
     norms2 = dist.norms2.to(torch.float64).cpu().numpy()
-    tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
+    tol = dist.tol
     orders = _compiled.neighbour_orders(sq)
     alive = np.ones(k, dtype=np.bool_)
     out, amb = np.empty(count, dtype=np.int64), np.zeros(k, dtype=np.bool_)
@@ -177,7 +183,7 @@ def nearest(dist: Distances, m: int) -> Tensor:
     d = dist.sq.to(torch.float64).clone().fill_diagonal_(-1.0)
     vals, order = torch.sort(d, dim=1, stable=True)
     if 0 < m < k:
-        tol = torch.finfo(dist.updates.dtype).eps * (4 + 2 * math.sqrt(dist.updates.shape[1]))
+        tol = dist.tol
         ns = dist.norms2
         err = tol * (ns[:, None] + ns[order[:, m - 1 : m + 1]]).sum(1)
         if bool(((vals[:, m] - vals[:, m - 1]) <= err).any()) and not bool(dist.bad.all()):

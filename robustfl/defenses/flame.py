@@ -47,7 +47,8 @@ def majority_cluster(dist: np.ndarray) -> np.ndarray:
     those joining it at distances whose lambda equals d*'s. The mask is never empty, so the
     ``no_cluster`` case of FLAME's step 1 does not arise at these settings (the stat stays 0).
     ``tests/defenses/test_flame_cluster.py`` compares it with scikit-learn's labels (ties,
-    duplicates, equal reciprocals, asymmetric rounding included); it is ~200x faster at n = 50.
+    duplicates, equal reciprocals, asymmetric rounding included); ``python -m benchmarks.catalogue``
+    times it against scikit-learn's estimator.
     """
     n = len(dist)
     if n <= 1:

@@ -9,17 +9,8 @@ import math
 import pytest
 import torch
 
-from robustfl.defenses._select import Distances, repeated_krum, select_lowest
-from robustfl.kernels import krum_neighbours
-
-
-def _loop(updates: torch.Tensor, f: int, count: int) -> list[int]:
-    dist, pool, picks = Distances.of(updates), torch.arange(updates.shape[0]), []
-    for _ in range(count):
-        sel = int(select_lowest(dist, pool, krum_neighbours(len(pool), f), 1)[0][0])
-        picks.append(sel)
-        pool = pool[pool != sel]
-    return picks
+from benchmarks.catalogue import krum_loop
+from robustfl.defenses._select import Distances, repeated_krum
 
 
 def _cases() -> list[tuple[str, torch.Tensor, int]]:
@@ -51,11 +42,11 @@ def _cases() -> list[tuple[str, torch.Tensor, int]]:
 def test_repeated_krum_picks_what_select_lowest_picks(name: str, updates: torch.Tensor, f: int) -> None:
     count = updates.shape[0] - 2 * f
     fast = repeated_krum(Distances.of(updates), f, count).tolist()
-    assert fast == _loop(updates, f, count), name
+    assert fast == krum_loop(updates, f, count), name
 
 
 @pytest.mark.parametrize(("offset", "rescored"), [(0.0, 1), (1e4, 18)])
-def test_copies_are_settled_in_the_loop(
+def test_copies_are_settled_in_thekrum_loop(
     offset: float, rescored: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ALIE-like rounds (f identical rows near the honest ones): the first unsettled pick is
@@ -78,7 +69,7 @@ def test_copies_are_settled_in_the_loop(
     monkeypatch.setattr(select, "exact_scores", counted)
     fast = repeated_krum(Distances.of(u), 6, 18).tolist()
     monkeypatch.setattr(select, "exact_scores", real)
-    assert fast == _loop(u, 6, 18)
+    assert fast == krum_loop(u, 6, 18)
     assert fast[:6] == [0, 1, 2, 3, 4, 5]  # the copies first, lowest index first
     assert len(calls) == rescored
 
