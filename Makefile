@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray,flower]'
+	$(BIN)/python -m robustfl._warm
 	@touch $(STAMP)
 
 run: $(STAMP)

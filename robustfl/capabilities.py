@@ -159,6 +159,17 @@ class DefenseBase:
     def reset(self) -> None:
         return None
 
+    @property
+    def stateful(self) -> bool:
+        """True when the rule keeps state across calls, declared by overriding ``reset`` (which a
+        rule with state must, so that each run starts clean). The attack's oracle calls a
+        stateless rule as it is and a stateful one on a copy, so that a trial never changes it."""
+        return _overrides(type(self), "reset", DefenseBase)
+
+
+def _overrides(cls: type, name: str, base: type) -> bool:
+    return any(name in vars(c) for c in cls.__mro__ if c not in (base, object))
+
 
 class PreAggregatorBase:
     """Base of the pre-aggregators: the declared optional behaviour (counts unchanged, stateless,

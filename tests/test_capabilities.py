@@ -66,6 +66,41 @@ def test_builtin_defenses_derive_from_the_base(name: str) -> None:
     assert d.needs_reference is (name in ("fltrust", "monna"))
 
 
+STATEFUL = {"centered_clipping", "foolsgold", "fldetector"}  # keep history across rounds
+
+
+def _state(obj: Any) -> Any:
+    """A comparable snapshot of everything ``obj`` holds (tensors as lists)."""
+    if isinstance(obj, Tensor):
+        return ("tensor", obj.dtype, tuple(obj.shape), obj.tolist())
+    if isinstance(obj, dict):
+        return {k: _state(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return type(obj).__name__, [_state(v) for v in obj]
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return type(obj).__name__, _state(vars(obj))
+    return obj
+
+
+@pytest.mark.parametrize("name", defenses.registry.names())
+def test_a_rule_declares_state_exactly_when_it_keeps_some(name: str) -> None:
+    """``stateful`` (read from a ``reset`` override) is True for the rules with history, and a rule
+    declaring none holds the same after a call as before: the oracle calls it without a copy."""
+    if defenses.origin(name) != "built-in":
+        pytest.skip("plugin")
+    d = defenses.create(name)
+    assert d.stateful is (name in STATEFUL)
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randn(11, 7, generator=g, dtype=torch.float64)
+    ctx = DefenseContext(assumed_byzantine=2, reference=torch.randn(7, generator=g, dtype=torch.float64),
+                         generator=torch.Generator().manual_seed(2), layers=(5, 7),
+                         global_model=torch.zeros(7, dtype=torch.float64))
+    before = _state(d)
+    d(rows, ctx)
+    assert (_state(d) == before) is (not d.stateful), name
+    assert compose(pre_registry.create("nnm"), then=defenses.create("krum")).stateful  # forwards reset
+
+
 @pytest.mark.parametrize("name", pre_registry.names())
 def test_builtin_pre_aggregators_derive_from_the_base(name: str) -> None:
     p = create_builtin(pre_registry, name)

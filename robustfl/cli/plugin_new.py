@@ -308,8 +308,8 @@ class ${cls}:
         (a median would return 2 * f_hat + 1). The mean has no guarantee; it runs on any K >= 1."""
         return 1
 
-    def reset(self) -> None:
-        """Forget state kept across rounds (none here; a stateful rule clears its history)."""
+    # A rule that keeps state across rounds overrides reset() to forget it; doing so declares it
+    # stateful (DefenseBase.stateful), and the attack's oracle then runs it on a copy per trial.
 
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         """The aggregate of the (K, P) rows, in their dtype and device; never mutates inputs."""

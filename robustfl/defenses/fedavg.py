@@ -54,9 +54,6 @@ class FedAvg(DefenseBase):
     def min_clients(self, f_hat: int) -> int:
         return 1
 
-    def reset(self) -> None:
-        """Stateless."""
-
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, "fedavg")
         k = updates.shape[0]

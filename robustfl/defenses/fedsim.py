@@ -87,9 +87,6 @@ class FedSim(DefenseBase):
     def min_clients(self, f_hat: int) -> int:
         return 1
 
-    def reset(self) -> None:
-        """Stateless."""
-
     def _vector(self, ctx: DefenseContext, field: str, p: int, like: Tensor) -> Tensor | None:
         t = getattr(ctx, field)
         if t is not None and tuple(t.shape) != (p,):

@@ -59,9 +59,6 @@ class FLTrust(DefenseBase):
     def min_clients(self, f_hat: int) -> int:
         return 1
 
-    def reset(self) -> None:
-        """Stateless."""
-
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, "fltrust")
         k, p = updates.shape

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from ..capabilities import AttackBase
+from ..capabilities import AttackBase, DefenseBase
 from ..types import Aggregate, AttackContext, DefenseContext, Knowledge
 
 
@@ -94,14 +94,19 @@ def dry_run(
     defense: Callable[[Tensor, DefenseContext], Aggregate], ctx: DefenseContext
 ) -> Callable[[Tensor], Aggregate]:
     """The defense as the attack's oracle may call it: on a copy of the defense, with a copy of
-    ``ctx``'s random stream as it stands now, so that a trial never changes the real round."""
+    ``ctx``'s random stream as it stands now, so that a trial never changes the real round.
+
+    A rule that declares no state (``DefenseBase.stateful`` False) is called as it is; any other
+    callable on a deep copy made for each trial."""
     gen_state = ctx.generator.get_state() if ctx.generator is not None else None
+    g = torch.Generator()
+    trial_ctx = dataclasses.replace(ctx, generator=g)
+    stateless = isinstance(defense, DefenseBase) and not defense.stateful
 
     def run(trial: Tensor) -> Aggregate:
-        g = torch.Generator()
         if gen_state is not None:
             g.set_state(gen_state)
-        return copy.deepcopy(defense)(trial, dataclasses.replace(ctx, generator=g))
+        return (defense if stateless else copy.deepcopy(defense))(trial, trial_ctx)
 
     return run
 
@@ -110,11 +115,11 @@ def oracle_for(r: Round, aggregate: Callable[[Tensor], Aggregate]) -> Callable[[
     """The attack's oracle: the Aggregate ``aggregate`` gives with ``candidate`` as the Byzantine
     rows of this round (the rows as trained; ``aggregate`` must leave the defense's state as is)."""
     assert r.rows is not None and r.byz is not None
-    rows, byz = r.rows, r.byz
+    rows, at = r.rows, r.byz.nonzero().squeeze(1)
 
     def oracle(candidate: Tensor) -> Aggregate:
         trial = rows.clone()
-        trial[byz] = candidate.to(dtype=trial.dtype, device=trial.device)
+        trial.index_copy_(0, at, candidate.to(dtype=trial.dtype, device=trial.device))
         return aggregate(trial)
 
     return oracle
