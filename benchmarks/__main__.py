@@ -321,13 +321,14 @@ def _matrix_lines(res: dict[str, Any]) -> list[str]:
         else []
     ) + (
         [
-            "  per pair, against a cell run alone and as two copies (the ceiling for this work): "
+            "  per pair, against a sample of the matrix's cells run alone and as two copies (the "
+            "ceiling for this work): "
             + ", ".join(
-                f"{p['speedup']:.2f} / {p['cell_ceiling']:.2f} = {p['cell_efficiency']:.0%}"
+                f"{p['speedup']:.2f} / {p['cells_ceiling']:.2f} = {p['cells_efficiency']:.0%}"
                 for p in res["pairs"]
             )
         ]
-        if res.get("pairs") and all("cell_ceiling" in p for p in res["pairs"])
+        if res.get("pairs") and all("cells_ceiling" in p for p in res["pairs"])
         else []
     )
 

@@ -11,9 +11,12 @@ matrix products, single-threaded, like a cell) run once alone and then as N copi
 ``ceiling = N * alone / together`` is the most N processes can gain on this machine (below N
 when the CPUs share caches, memory bandwidth or a hypervisor's time). That loop lives in the
 first-level caches; a cell does not (its data and temporaries are hundreds of KB to MB), so a
-second ceiling runs a cell itself the same way (``cell_ceiling``: ``scenarios/defenses.toml``'s
-alie x median cell, in-process, one thread): what the machine gives N processes doing this work.
-Both are reported, each with its efficiency.
+second ceiling runs the matrix's own work the same way (``cells_ceiling``: every ``sample_step``-th
+cell of the matrix being timed, in its planned order, run in-process on one thread as a worker
+runs it, once alone and as N copies at once): what the machine gives N processes doing this
+work. Both are reported, each with its efficiency. (An earlier second ceiling ran one cell,
+``defenses``' alie x median, over and over: one kind of work, more memory-bound than the mix,
+it gave the pool 102-113% of itself.)
 """
 
 from __future__ import annotations
@@ -43,16 +46,24 @@ print(time.perf_counter() - t)
 """
 
 
-_CELL = """
-import time, torch
+_CELLS = """
+import sys, time, torch
 from robustfl.scenario import load_scenario
-from robustfl.simulation.runner import Simulation
+from robustfl.sweep.jobs import run_job
+from robustfl.sweep.plan import plan
 torch.set_num_threads(1)
-sc = load_scenario("defenses")
-Simulation(sc, "alie", "median", 0).run()
+extra = {extra!r}
+def given(flag):
+    return extra[extra.index(flag) + 1].split(",") if flag in extra else None
+sets = [extra[i + 1] for i, a in enumerate(extra) if a == "--set"]
+seeds = given("--seeds")
+jobs = plan(load_scenario({scenario!r}, sets), given("--attacks"), given("--defenses"),
+            [int(s) for s in seeds] if seeds else None)
+sample = jobs[::{step}]
+run_job(sample[0], None)  # imports, compiled kernels, the first seed's data
 t = time.perf_counter()
-for _ in range({n}):
-    Simulation(sc, "alie", "median", 0).run()
+for job in sample:
+    run_job(job, None)
 print(time.perf_counter() - t)
 """
 
@@ -109,16 +120,16 @@ def bench_matrix(
     repeats: int = 3,
     extra: Sequence[str] = (),
     spin_iterations: int = 20_000,
-    cell_runs: int = 10,
+    sample_step: int = 12,
     ceiling_rounds: int = 4,
 ) -> dict[str, Any]:
     """``repeats`` pairs of runs, ``--workers 1`` and ``--workers N`` (``extra``: more CLI
     arguments, e.g. a subset of the matrix; the pair's order alternates), each pair beside its own
     measurements of the machine's ceilings (the speed of a shared machine drifts between minutes:
     a pair is compared with the ceilings measured just before it). ``efficiency`` = (wall 1 /
-    wall N) / ceiling per pair, ``cell_efficiency`` the same against the cell ceiling
-    (``cell_runs`` cells a measurement; ``ceiling_rounds`` interleaved measurements of each
-    ceiling); the medians are reported, and ``machine`` is the spin-loop measurement of the pair
+    wall N) / ceiling per pair, ``cells_efficiency`` the same against the ceiling of the
+    matrix's own cells (every ``sample_step``-th; ``ceiling_rounds`` interleaved measurements of
+    each ceiling); the medians are reported, and ``machine`` is the spin-loop measurement of the pair
     with the middle ceiling (none is taken again)."""
     times: dict[int, list[float]] = {1: [], workers: []}
     pairs: list[dict[str, float]] = []
@@ -127,7 +138,8 @@ def bench_matrix(
     with tempfile.TemporaryDirectory(prefix="robustfl-bench-") as d:
         for r in range(repeats):
             machine = ceiling(workers, spin_iterations, ceiling_rounds)
-            cell = ceiling(workers, rounds=ceiling_rounds, code=_CELL.format(n=cell_runs))["ceiling"]
+            code = _CELLS.format(extra=list(extra), scenario=scenario, step=sample_step)
+            cell = ceiling(workers, rounds=ceiling_rounds, code=code)["ceiling"]
             walls: dict[int, float] = {}
             for w in ((1, workers) if r % 2 == 0 else (workers, 1)):
                 wall, cells = _run(scenario, w, Path(d), 2 * r + (w != 1), extra)
@@ -142,13 +154,13 @@ def bench_matrix(
                     **machine,
                     "speedup": speedup,
                     "efficiency": speedup / machine["ceiling"],
-                    "cell_ceiling": cell,
-                    "cell_efficiency": speedup / cell,
+                    "cells_ceiling": cell,
+                    "cells_efficiency": speedup / cell,
                 }
             )
             print(
                 f"  pair {r + 1}: speed-up {speedup:.2f}, ceiling {machine['ceiling']:.2f}, "
-                f"efficiency {speedup / machine['ceiling']:.0%}; cell ceiling {cell:.2f}, "
+                f"efficiency {speedup / machine['ceiling']:.0%}; cells ceiling {cell:.2f}, "
                 f"efficiency {speedup / cell:.0%}",
                 file=sys.stderr,
                 flush=True,
@@ -166,8 +178,8 @@ def bench_matrix(
         "pairs": pairs,
         "efficiency_median": statistics.median(p["efficiency"] for p in pairs),
         "ceiling_median": statistics.median(p["ceiling"] for p in pairs),
-        "cell_efficiency_median": statistics.median(p["cell_efficiency"] for p in pairs),
-        "cell_ceiling_median": statistics.median(p["cell_ceiling"] for p in pairs),
+        "cells_efficiency_median": statistics.median(p["cells_efficiency"] for p in pairs),
+        "cells_ceiling_median": statistics.median(p["cells_ceiling"] for p in pairs),
         "identical": identical,
         "extra": list(extra),
         "machine": sorted(pairs, key=lambda p: p["ceiling"])[len(pairs) // 2],  # the middle pair's

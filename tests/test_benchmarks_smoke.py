@@ -346,12 +346,13 @@ def test_load_without_install_reports_why(tmp_path: Path) -> None:
 
 def test_matrix_group_runs_the_cli_and_compares_cells(tmp_path: Path) -> None:
     """The real group on a 2-cell subset: both worker counts give the same cells, the ratio is the
-    ratio of the measured walls, and both ceilings (spin loop, a cell) are finite positive numbers."""
+    ratio of the measured walls, and both ceilings (spin loop, the matrix's cells) are finite positive
+    numbers."""
     from benchmarks.matrix import bench_matrix
 
     extra = ["--attacks", "none", "--defenses", "fedavg,median", "--seeds", "0"]
     extra += ["--set", "federation.rounds=3"]
-    r = bench_matrix("quick", workers=2, repeats=1, extra=extra, spin_iterations=500, cell_runs=1,
+    r = bench_matrix("quick", workers=2, repeats=1, extra=extra, spin_iterations=500, sample_step=1,
                      ceiling_rounds=1)
     assert r["identical"] and r["cells"] == 2
     assert r["ratio_best"] == pytest.approx(r["wall_1_s"][0] / r["wall_2_s"][0])
@@ -359,8 +360,8 @@ def test_matrix_group_runs_the_cli_and_compares_cells(tmp_path: Path) -> None:
     (pair,) = r["pairs"]  # one pair, beside its own ceilings
     assert pair["speedup"] == pytest.approx(r["wall_1_s"][0] / r["wall_2_s"][0])
     assert pair["efficiency"] == pytest.approx(pair["speedup"] / pair["ceiling"])
-    assert 0 < pair["cell_ceiling"] < 3  # a real cell, alone and as two copies
-    assert pair["cell_efficiency"] == pytest.approx(pair["speedup"] / pair["cell_ceiling"])
+    assert 0 < pair["cells_ceiling"] < 3  # the matrix's two cells, alone and as two copies
+    assert pair["cells_efficiency"] == pytest.approx(pair["speedup"] / pair["cells_ceiling"])
 
 
 def test_one_step_benchmark_at_toy_size() -> None:

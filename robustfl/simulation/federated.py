@@ -96,7 +96,8 @@ class FederatedStages:
             )
             mask = torch.cat([mask, torch.nn.functional.pad(root_mask, (0, pad))], 0)
             self.root_id = torch.tensor([self.k_total], device=device)
-        self.data, self.mask = data, mask
+        # contiguous, as a gather would give them: a round with every client trains on them as they are
+        self.data, self.mask = tuple(t.contiguous() for t in data), mask.contiguous()
         self.has_extra = algorithm.has_extra_grad
 
     # -- select, share --------------------------------------------------------------------------
@@ -134,11 +135,12 @@ class FederatedStages:
             e = algorithm.extra_grad(theta[:-1], start, ids_dev)
             return None if e is None else torch.cat([e, torch.zeros_like(theta[-1:])])
 
+        every = self.per_round == self.k_total  # the ids are 0..K-1 (and the root row): all the data
         theta = local_train(
             self.p.loss,
             train_start,
-            gather_clients(self.data, train_ids),
-            self.mask.index_select(0, train_ids),
+            self.data if every else gather_clients(self.data, train_ids),
+            self.mask if every else self.mask.index_select(0, train_ids),
             steps=fed["local_steps"],
             lr=fed["local_lr"],
             batch_size=fed["batch_size"],

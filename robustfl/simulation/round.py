@@ -99,14 +99,15 @@ def dry_run(
     A rule that declares no state (``DefenseBase.stateful`` False) is called as it is; any other
     callable on a deep copy made for each trial."""
     gen_state = ctx.generator.get_state() if ctx.generator is not None else None
-    g = torch.Generator()
-    trial_ctx = dataclasses.replace(ctx, generator=g)
     stateless = isinstance(defense, DefenseBase) and not defense.stateful
+    trial_ctx: list[DefenseContext] = []  # one context and generator for every trial, made at the first
 
     def run(trial: Tensor) -> Aggregate:
+        if not trial_ctx:
+            trial_ctx.append(dataclasses.replace(ctx, generator=torch.Generator()))
         if gen_state is not None:
-            g.set_state(gen_state)
-        return (defense if stateless else copy.deepcopy(defense))(trial, trial_ctx)
+            trial_ctx[0].generator.set_state(gen_state)
+        return (defense if stateless else copy.deepcopy(defense))(trial, trial_ctx[0])
 
     return run
 
@@ -115,11 +116,14 @@ def oracle_for(r: Round, aggregate: Callable[[Tensor], Aggregate]) -> Callable[[
     """The attack's oracle: the Aggregate ``aggregate`` gives with ``candidate`` as the Byzantine
     rows of this round (the rows as trained; ``aggregate`` must leave the defense's state as is)."""
     assert r.rows is not None and r.byz is not None
-    rows, at = r.rows, r.byz.nonzero().squeeze(1)
+    rows, byz = r.rows, r.byz
+    at: list[Tensor] = []  # the Byzantine rows' indices, found at the first call
 
     def oracle(candidate: Tensor) -> Aggregate:
+        if not at:
+            at.append(byz.nonzero().squeeze(1))
         trial = rows.clone()
-        trial.index_copy_(0, at, candidate.to(dtype=trial.dtype, device=trial.device))
+        trial.index_copy_(0, at[0], candidate.to(dtype=trial.dtype, device=trial.device))
         return aggregate(trial)
 
     return oracle
