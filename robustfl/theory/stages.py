@@ -90,8 +90,8 @@ class TheoremStages:
         ctx, defense = r.ctx, self.defense
         assert ctx is not None
 
-        def dry_run(trial: Tensor) -> Aggregate:  # a copy of the defense: its state never changes
-            agg = copy.deepcopy(defense)(-trial, ctx)
+        def dry_run(trial: Tensor) -> Aggregate:  # a stateful defense on a copy: its state never changes
+            agg = (copy.deepcopy(defense) if defense.stateful else defense)(-trial, ctx)
             return Aggregate(vector=-agg.vector, weights=agg.weights, stats=agg.stats)
 
         oracle = oracle_for(r, dry_run) if Knowledge.ORACLE in self.granted else None
