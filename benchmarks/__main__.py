@@ -330,6 +330,16 @@ def _matrix_lines(res: dict[str, Any]) -> list[str]:
         ]
         if res.get("pairs") and all("cells_ceiling" in p for p in res["pairs"])
         else []
+    ) + (
+        [
+            "  per pair, the processes' time spent in cells, --workers 1 / --workers N, and their "
+            "ratio (the pool's efficiency, within each run): "
+            + ", ".join(
+                f"{p['busy_1']:.0%} / {p[f'busy_{w}']:.0%} = {p['pool_efficiency']:.0%}" for p in res["pairs"]
+            )
+        ]
+        if res.get("pairs") and all("pool_efficiency" in p for p in res["pairs"])
+        else []
     )
 
 

@@ -17,6 +17,14 @@ runs it, once alone and as N copies at once): what the machine gives N processes
 work. Both are reported, each with its efficiency. (An earlier second ceiling ran one cell,
 ``defenses``' alie x median, over and over: one kind of work, more memory-bound than the mix,
 it gave the pool 102-113% of itself.)
+
+Ceilings measured before a pair miss the drift during it (on a shared machine a run's speed can
+move by a third within minutes). So each run also reports how busy its processes were: ``busy_w``
+= the sum of the cells' own times / (w x wall), the fraction of the processes' time spent inside
+cells, measured within the run itself. ``pool_efficiency = busy_N / busy_1`` is what the pool
+achieves against a single process: whatever the machine takes from concurrent cells (they run
+slower) is inside the cells' times and cancels; what is left is the pool's own cost -- start-up,
+dispatch, results, an idle process at the tail.
 """
 
 from __future__ import annotations
@@ -68,16 +76,16 @@ print(time.perf_counter() - t)
 """
 
 
-def _cells(path: Path) -> list[dict[str, Any]]:
+def _cells(path: Path) -> tuple[list[dict[str, Any]], float]:
+    """The run's cells without their times, in a fixed order, and the sum of those times."""
     cells = json.loads(path.read_text())["cells"]
-    for c in cells:
-        c.pop("elapsed_s", None)
-    return sorted(cells, key=lambda c: (c["attack"], c["defense"], c["seed"]))
+    busy = sum(float(c.pop("elapsed_s", 0.0) or 0.0) for c in cells)
+    return sorted(cells, key=lambda c: (c["attack"], c["defense"], c["seed"])), busy
 
 
 def _run(
     scenario: str, workers: int, tmp: Path, i: int, extra: Sequence[str] = ()
-) -> tuple[float, list[dict[str, Any]]]:
+) -> tuple[float, list[dict[str, Any]], float]:
     store, js = tmp / f"s{i}.db", tmp / f"m{i}.json"
     cmd = [sys.executable, "-m", "robustfl", "matrix", scenario, "--workers", str(workers), *extra]
     cmd += ["--store", str(store), "--json", str(js), "--quiet"]
@@ -87,7 +95,7 @@ def _run(
     wall = time.perf_counter() - t
     if proc.returncode not in (0, 1):  # 1: some cell failed, still a finished matrix
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    return wall, _cells(js)
+    return (wall, *_cells(js))
 
 
 def ceiling(
@@ -141,10 +149,12 @@ def bench_matrix(
             code = _CELLS.format(extra=list(extra), scenario=scenario, step=sample_step)
             cell = ceiling(workers, rounds=ceiling_rounds, code=code)["ceiling"]
             walls: dict[int, float] = {}
+            busy: dict[int, float] = {}
             for w in ((1, workers) if r % 2 == 0 else (workers, 1)):
-                wall, cells = _run(scenario, w, Path(d), 2 * r + (w != 1), extra)
+                wall, cells, cell_s = _run(scenario, w, Path(d), 2 * r + (w != 1), extra)
                 times[w].append(wall)
                 walls[w] = wall
+                busy[w] = cell_s / (w * wall)
                 first = cells if first is None else first
                 identical = identical and cells == first
                 print(f"  matrix {scenario} --workers {w}: {wall:.2f} s", file=sys.stderr, flush=True)
@@ -156,12 +166,16 @@ def bench_matrix(
                     "efficiency": speedup / machine["ceiling"],
                     "cells_ceiling": cell,
                     "cells_efficiency": speedup / cell,
+                    "busy_1": busy[1],
+                    f"busy_{workers}": busy[workers],
+                    "pool_efficiency": busy[workers] / busy[1],
                 }
             )
             print(
                 f"  pair {r + 1}: speed-up {speedup:.2f}, ceiling {machine['ceiling']:.2f}, "
                 f"efficiency {speedup / machine['ceiling']:.0%}; cells ceiling {cell:.2f}, "
-                f"efficiency {speedup / cell:.0%}",
+                f"efficiency {speedup / cell:.0%}; in cells {busy[1]:.0%} / {busy[workers]:.0%} of "
+                f"the processes' time, pool efficiency {busy[workers] / busy[1]:.0%}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -180,6 +194,7 @@ def bench_matrix(
         "ceiling_median": statistics.median(p["ceiling"] for p in pairs),
         "cells_efficiency_median": statistics.median(p["cells_efficiency"] for p in pairs),
         "cells_ceiling_median": statistics.median(p["cells_ceiling"] for p in pairs),
+        "pool_efficiency_median": statistics.median(p["pool_efficiency"] for p in pairs),
         "identical": identical,
         "extra": list(extra),
         "machine": sorted(pairs, key=lambda p: p["ceiling"])[len(pairs) // 2],  # the middle pair's

@@ -362,6 +362,8 @@ def test_matrix_group_runs_the_cli_and_compares_cells(tmp_path: Path) -> None:
     assert pair["efficiency"] == pytest.approx(pair["speedup"] / pair["ceiling"])
     assert 0 < pair["cells_ceiling"] < 3  # the matrix's two cells, alone and as two copies
     assert pair["cells_efficiency"] == pytest.approx(pair["speedup"] / pair["cells_ceiling"])
+    assert 0 < pair["busy_1"] <= 1 and 0 < pair["busy_2"] <= 1  # within each run: cells' time / processes'
+    assert pair["pool_efficiency"] == pytest.approx(pair["busy_2"] / pair["busy_1"])
 
 
 def test_one_step_benchmark_at_toy_size() -> None:

@@ -103,10 +103,11 @@ def dry_run(
     trial_ctx: list[DefenseContext] = []  # one context and generator for every trial, made at the first
 
     def run(trial: Tensor) -> Aggregate:
-        if not trial_ctx:
-            trial_ctx.append(dataclasses.replace(ctx, generator=torch.Generator()))
+        if not trial_ctx:  # without a generator the rule seeds its own, as in the real call
+            own = gen_state is not None
+            trial_ctx.append(dataclasses.replace(ctx, generator=torch.Generator()) if own else ctx)
         if gen_state is not None:
-            trial_ctx[0].generator.set_state(gen_state)
+            trial_ctx[0].generator.set_state(gen_state)  # every trial: the round's stream as it stands
         return (defense if stateless else copy.deepcopy(defense))(trial, trial_ctx[0])
 
     return run
