@@ -228,17 +228,23 @@ class Pool:
             item = queue.popleft()
             return item, (skip(item) if skip is not None else None)
 
+        def refill() -> list[tuple[Any, Any]]:
+            """Give every free worker its next item; the items ``skip`` answers, to yield."""
+            answered = []
+            while queue and len(self._busy) < self.size and not (local and self._starting()):
+                item, got = take()
+                if got is not None:
+                    answered.append((item, got))
+                    continue
+                self._dispatch(item, message(item))
+                if on_start is not None:
+                    on_start(item)
+            return answered
+
         try:
             while queue or self._busy:
                 ran_here = False
-                while queue and len(self._busy) < self.size and not (local and self._starting()):
-                    item, got = take()
-                    if got is not None:
-                        yield item, got
-                        continue
-                    self._dispatch(item, message(item))
-                    if on_start is not None:
-                        on_start(item)
+                yield from refill()
                 if queue and local is not None and self._starting():
                     item, got = take()
                     if got is None:
@@ -255,6 +261,7 @@ class Pool:
                     wait_s = 0.0  # collect what finished, then run the next item here
                 wait_any([*self._busy, *(s.proc.sentinel for s in self._busy.values())], timeout=wait_s)
                 now = time.monotonic()
+                done = []
                 for slot in list(self._busy.values()):
                     result = self._collect(slot, now)
                     if result is not None:
@@ -264,7 +271,11 @@ class Pool:
                         else:
                             with self._lock:
                                 self._idle.append(slot)
-                        yield slot.item, result
+                        done.append((slot.item, result))
+                # the freed workers get their next items before the caller handles the results
+                # (stores them): a worker never waits for that
+                done += refill()
+                yield from done
             finished = True
         finally:
             if not (keep and finished):
