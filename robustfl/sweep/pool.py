@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_any
 from typing import Any
@@ -88,9 +88,10 @@ def worker_main(conn: Connection, plugins: Sequence[str], allow_outside: bool, d
 class Slot:
     proc: Any  # a multiprocessing Process of the pool's context
     conn: Connection
-    item: Any = None
+    item: Any = None  # the item it runs
     started: float = 0.0
     deadline: float | None = None
+    next: list[Any] = field(default_factory=list)  # an item sent ahead, waiting in its pipe
 
 
 class Pool:
@@ -187,6 +188,22 @@ class Pool:
             return
         raise RuntimeError("cannot start a worker process")
 
+    def _send_ahead(self, item: Any, msg: Any) -> bool:
+        """Send ``item`` to a busy worker with nothing waiting, to start the moment its current
+        item is done (no round trip through this process, which may be storing results). Only
+        without a timeout (a deadline needs the start). False: every worker has one waiting."""
+        if self.timeout is not None:
+            return False
+        slot = next((s for s in self._busy.values() if not s.next), None)
+        if slot is None:
+            return False
+        try:
+            slot.conn.send(msg)
+        except (BrokenPipeError, EOFError, OSError):  # dying: its current item reports it
+            return False
+        slot.next.append(item)
+        return True
+
     def _collect(self, slot: Slot, now: float) -> Any:
         """The slot's result, a :class:`Fault` (dead, or past its deadline), or None (running)."""
         if not slot.conn.poll() and slot.proc.is_alive():
@@ -219,24 +236,36 @@ class Pool:
         or a :class:`Fault`. ``skip(item)``, asked just before dispatch, may return a result to
         yield without running the item. ``local(item)``, when given, runs an item in this process
         while the workers are still starting (:meth:`warm`), so the seconds a fork server takes
-        to import torch are not idle. With ``keep`` the idle workers stay for the next imap
-        when every item is done; otherwise (and always when stopped early) the pool is closed."""
+        to import torch are not idle; it takes the last item (with the driver's longest-first
+        order, the shortest), so the workers do not wait long for this process once they are up.
+        Without a timeout each busy worker also holds its next item in its pipe (sent ahead:
+        it starts the moment the current one is done; a worker that dies gives it back). With
+        ``keep`` the idle workers stay for the next imap when every item is done; otherwise (and
+        always when stopped early) the pool is closed."""
         queue = deque(items)
         finished = False
 
-        def take() -> tuple[Any, Any]:
-            item = queue.popleft()
+        def take(last: bool = False) -> tuple[Any, Any]:
+            item = queue.pop() if last else queue.popleft()
             return item, (skip(item) if skip is not None else None)
 
         def refill() -> list[tuple[Any, Any]]:
-            """Give every free worker its next item; the items ``skip`` answers, to yield."""
+            """Give every free worker its next item, and every busy one an item to start when it
+            is done; the items ``skip`` answers, to yield."""
             answered = []
-            while queue and len(self._busy) < self.size and not (local and self._starting()):
+            while queue and not (local and self._starting()):
+                free = len(self._busy) < self.size
+                if not free and (self.timeout is not None or all(s.next for s in self._busy.values())):
+                    break
                 item, got = take()
                 if got is not None:
                     answered.append((item, got))
                     continue
-                self._dispatch(item, message(item))
+                if free:
+                    self._dispatch(item, message(item))
+                elif not self._send_ahead(item, message(item)):
+                    queue.appendleft(item)
+                    break
                 if on_start is not None:
                     on_start(item)
             return answered
@@ -246,7 +275,7 @@ class Pool:
                 ran_here = False
                 yield from refill()
                 if queue and local is not None and self._starting():
-                    item, got = take()
+                    item, got = take(last=True)  # the shortest left: the workers soon need this process
                     if got is None:
                         if on_start is not None:
                             on_start(item)
@@ -265,13 +294,18 @@ class Pool:
                 for slot in list(self._busy.values()):
                     result = self._collect(slot, now)
                     if result is not None:
-                        del self._busy[slot.conn]
+                        done.append((slot.item, result))
                         if isinstance(result, Fault):
+                            del self._busy[slot.conn]
                             self._kill(slot)
+                            queue.extendleft(reversed(slot.next))  # sent ahead, never run: again
+                            slot.next = []
+                        elif slot.next:  # the item sent ahead is running now
+                            slot.item, slot.started = slot.next.pop(0), now
                         else:
+                            del self._busy[slot.conn]
                             with self._lock:
                                 self._idle.append(slot)
-                        done.append((slot.item, result))
                 # the freed workers get their next items before the caller handles the results
                 # (stores them): a worker never waits for that
                 done += refill()
