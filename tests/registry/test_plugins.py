@@ -323,7 +323,9 @@ def test_write_plugin_layout_and_entry_point(tmp_path: Path) -> None:
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     assert meta["project"]["entry-points"] == {"robustfl.defenses": {"mean2": "robustfl_mean2:Mean2"}}
     src = (root / "robustfl_mean2" / "__init__.py").read_text()
-    assert "def min_clients" in src and "def reset" in src and "properties" in src
+    assert "def min_clients" in src and "properties" in src
+    # a stateless template: no reset override (that would declare it stateful), and it says when to add one
+    assert "def reset" not in src and "overrides reset()" in src
 
 
 @pytest.mark.parametrize(
