@@ -188,15 +188,17 @@ class Pool:
             return
         raise RuntimeError("cannot start a worker process")
 
-    def _send_ahead(self, item: Any, msg: Any) -> bool:
-        """Send ``item`` to a busy worker with nothing waiting, to start the moment its current
-        item is done (no round trip through this process, which may be storing results). Only
-        without a timeout (a deadline needs the start). False: every worker has one waiting."""
+    def _ahead_slot(self) -> Slot | None:
+        """A busy worker with nothing waiting, to be sent its next item ahead; None when every
+        one has an item waiting, or with a timeout (a deadline needs the start)."""
         if self.timeout is not None:
-            return False
-        slot = next((s for s in self._busy.values() if not s.next), None)
-        if slot is None:
-            return False
+            return None
+        return next((s for s in self._busy.values() if not s.next), None)
+
+    @staticmethod
+    def _send_ahead(slot: Slot, item: Any, msg: Any) -> bool:
+        """Send ``item`` to the busy ``slot``, to start the moment its current item is done (no
+        round trip through this process, which may be storing results). False: it is dying."""
         try:
             slot.conn.send(msg)
         except (BrokenPipeError, EOFError, OSError):  # dying: its current item reports it
@@ -254,16 +256,16 @@ class Pool:
             is done; the items ``skip`` answers, to yield."""
             answered = []
             while queue and not (local and self._starting()):
-                free = len(self._busy) < self.size
-                if not free and (self.timeout is not None or all(s.next for s in self._busy.values())):
+                ahead = None if len(self._busy) < self.size else self._ahead_slot()
+                if len(self._busy) >= self.size and ahead is None:
                     break
                 item, got = take()
                 if got is not None:
                     answered.append((item, got))
                     continue
-                if free:
+                if ahead is None:
                     self._dispatch(item, message(item))
-                elif not self._send_ahead(item, message(item)):
+                elif not self._send_ahead(ahead, item, message(item)):
                     queue.appendleft(item)
                     break
                 if on_start is not None:
