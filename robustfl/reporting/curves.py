@@ -19,9 +19,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scipy import stats
-
 from robustfl.simulation.results import Cell, clean_number
+
+from .summaries import t975
 
 DIAGNOSTICS = (
     ("byzantine_weight", "Byzantine weight share"),
@@ -44,7 +44,7 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
     if n < 2:
         return mean, math.nan
     s = statistics.stdev(values)
-    return mean, float(stats.t.ppf(0.975, n - 1) * s / math.sqrt(n))
+    return mean, t975(n - 1) * s / math.sqrt(n)
 
 
 def curve(cells: Sequence[Cell], metric: str) -> tuple[list[int], list[float], list[float]]:

@@ -54,12 +54,20 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scipy import stats
-
 from robustfl.simulation import convergence as _convergence
 from robustfl.simulation.results import Cell, clean_number
 
 from .kappa_hat import kappa_text, mean_kappa, versus_fixed
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom: the factor of every 95 %
+    half-width in the views. scipy.stats is imported here, on first use, not with the module: it
+    costs ~1 s, and every command line imports this module."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df))
+
 
 DAGGER = "†"
 GUARANTEE_NOTE = "† run outside the rule's guarantee (--allow-outside-guarantee: too few clients)"
@@ -119,7 +127,7 @@ def _summary(cells: Sequence[Cell], metric: str) -> dict[str, Any]:
         # statistics computes in exact rationals: identical seeds give std exactly 0, not 1e-17.
         mean = statistics.fmean(values)
         std = statistics.stdev(values) if n > 1 else 0.0
-        ci95 = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else math.nan
+        ci95 = t975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
         # ± is the half-width of the 95 % Student-t interval in every view; one seed has none.
         text = f"{format_value(mean)} ± {ci95:.2g}" if n > 1 else format_value(mean)
     elif ok:

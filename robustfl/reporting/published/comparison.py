@@ -21,11 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats
-
 from robustfl.simulation.results import Cell, clean_number
 
-from ..summaries import sweep_label
+from ..summaries import sweep_label, t975
 from .tables import PublishedTable
 
 
@@ -34,7 +32,7 @@ def t_halfwidth(values: Sequence[float]) -> float:
     n = len(values)
     if n < 2:
         return math.nan
-    return float(stats.t.ppf(0.975, n - 1) * statistics.stdev(values) / math.sqrt(n))
+    return t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
 
 
 @dataclass(frozen=True)
@@ -277,6 +275,8 @@ def kendall(attack: str, pairs: Sequence[tuple[str, float, float]]) -> RankAgree
         return RankAgreement(attack, rules, None, None, "the published values are all tied")
     if len(set(mea)) == 1:
         return RankAgreement(attack, rules, None, None, "the measured values are all tied")
+    from scipy import stats  # here, not with the module: scipy.stats costs ~1 s to import
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = stats.kendalltau(pub, mea)
