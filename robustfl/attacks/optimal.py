@@ -6,20 +6,24 @@ knob, alie's ``z`` / ipm's ``epsilon`` / ...) of the ``base`` attack (default ``
 
     J(x) = || oracle(base_x(ctx)).vector - mean(honest) ||.
 
-Search: a grid of 21 evenly spaced points (ends included), then golden-section refinement (30
-iterations) inside the bracket around the best grid point; the best value ever evaluated wins
-(ties: the first). J need not be unimodal (selection rules jump), so the grid gives global cover
-and golden-section the local precision. Every evaluation replays the same generator state, so the
-rows sent are exactly the rows scored; a base that offers the parameter as a line
+Search: a grid of 21 evenly spaced points (ends included), then ``steps`` (default 30)
+golden-section steps inside the bracket around the best grid point (two grid spacings wide, shrunk
+by 0.618 a step, one evaluation a step after the first two; 0: the grid alone); the best value ever
+evaluated wins (ties: the first). J need not be unimodal (selection rules jump), so the grid gives
+global cover and golden-section the local precision. Every evaluation replays the same generator
+state, so the rows sent are exactly the rows scored; a base that offers the parameter as a line
 (``AttackBase.along``: alie's z, ipm's epsilon) computes what does not depend on it once, the
-same rows. Needs ORACLE (the reference case of full knowledge) and the
-honest rows for the objective, plus whatever the base needs. ``last_stats``: ``parameter``,
-``deviation``, ``evaluations``.
+same rows. Needs ORACLE (the reference case of full knowledge) and the honest rows for the
+objective, plus whatever the base needs. ``last_stats``: ``parameter``, ``deviation``,
+``evaluations``.
 
 Defaults (docs/attacks.md): ``low = 0`` is ByzFL's ``start = 0.0`` (LPD-EPFL/byzfl,
 ``Optimal_ALittleIsEnough`` / ``Optimal_InnerProductManipulation``); ByzFL's search is unbounded
 (expansion from step ``delta = 10.0``, doubling, then contraction by ``ratio = 0.8``, 20
-evaluations), so ``high = 10`` (one ByzFL step) is robustfl's bounded-search choice.
+evaluations), so ``high = 10`` (one ByzFL step) is robustfl's bounded-search choice; ``steps =
+30`` (the bracket to 0.618^30 ~ 5e-7 of itself) is robustfl's own too. A search's steps run in the
+same order whatever their number, so fewer steps evaluate a prefix of the same sequence: the
+result can only be weaker, by what the last steps would have found.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from ..types import AttackContext, Knowledge
 from ._common import Composite, build_base, generator
 
 GRID = 21
-GOLDEN_ITERS = 30
+GOLDEN_STEPS = 30
 DEFAULT_PARAMETER = {"alie": "z", "ipm": "epsilon", "scaling": "factor", "sign_flip": "scale",
                      "gaussian": "std", "orthogonal": "norm_factor"}
 
@@ -51,6 +55,7 @@ class Optimal(Composite):
     parameter: str | None = None
     low: float = 0.0
     high: float = 10.0
+    steps: int = GOLDEN_STEPS
     knowledge: Knowledge = field(default=Knowledge.OWN, init=False, repr=False)
     last_stats: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
@@ -58,6 +63,7 @@ class Optimal(Composite):
         c = "attack optimal"
         self.low = params.number(c, "low", self.low)
         self.high = params.number(c, "high", self.high, low=self.low, strict_low=True)
+        self.steps = params.number(c, "steps", self.steps, low=0, integer=True)
         self._base = build_base("optimal", self.base)
         spec = self.base if isinstance(self.base, dict) else {"name": self.base}
         self._base_params = {k: v for k, v in spec.items() if k != "name"}
@@ -114,7 +120,7 @@ class Optimal(Composite):
         a, b = grid[max(i - 1, 0)], grid[min(i + 1, GRID - 1)]
         r = (math.sqrt(5) - 1) / 2
         c, d = b - r * (b - a), a + r * (b - a)
-        for _ in range(GOLDEN_ITERS):
+        for _ in range(self.steps):
             if j(c) >= j(d):
                 b, d = d, c
                 c = b - r * (b - a)

@@ -36,7 +36,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "min_sum": {"perturbation": "std", "bound": "min", "gamma_max": None, "ddof": 0},
     "mpaf": {"scale": 1e6},
     "none": {},
-    "optimal": {"base": "alie", "parameter": None, "low": 0.0, "high": 10.0},
+    "optimal": {"base": "alie", "parameter": None, "low": 0.0, "high": 10.0, "steps": 30},
     "orthogonal": {"norm_factor": 1.0, "angle": None},
     "rop": {"z": None, "angle": 270.0, "pi": 1.0, "lam": 0.9, "server_lr": 1.0},
     "scaling": {"factor": None, "base": None},

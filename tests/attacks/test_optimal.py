@@ -104,3 +104,39 @@ def test_optimal_same_rows_with_and_without_the_line() -> None:
     slow._line = lambda ctx, device, state: (lambda x: slow._rows(ctx, device, state, x))  # type: ignore[method-assign]
     assert torch.equal(fast(c), slow(c))
     assert fast.last_stats == slow.last_stats
+
+
+def test_fewer_steps_evaluate_a_prefix_of_the_same_search() -> None:
+    """``steps = N`` evaluates the first 21 + (N + 1) points of the 30-step search (the grid, the
+    first two golden points, then one a step) and returns the best of them: never stronger than
+    more steps, and exactly the prefix's best."""
+    c0 = ctx(f=3, n=7, p=20, seed=0)
+    assert c0.honest is not None
+    base = norm_filter_oracle(c0.honest)
+    target = c0.honest.mean(0)
+    seen: list[float] = []
+
+    def recording(rows: torch.Tensor) -> Aggregate:
+        agg = base(rows)
+        seen.append(float(torch.linalg.vector_norm(agg.vector - target)))
+        return agg
+
+    c = dataclasses.replace(c0, oracle=recording)
+    full = attacks.create("optimal")
+    full(c)
+    sequence = list(seen)
+    assert len(sequence) == 52 == full.last_stats["evaluations"]
+    found = []
+    for n in (0, 1, 2, 7, 19, 30):
+        seen.clear()
+        attack = attacks.create("optimal", steps=n)
+        attack(c)
+        count = 21 + (n + 1 if n else 0)
+        assert seen == sequence[:count]  # the same points, in the same order
+        assert attack.last_stats["evaluations"] == count
+        assert attack.last_stats["deviation"] == max(sequence[:count])
+        found.append(attack.last_stats["deviation"])
+    assert found == sorted(found) and found[-1] == full.last_stats["deviation"]
+    assert found[0] < found[-1]  # the steps matter here (the filter's kink lies between grid points)
+    with pytest.raises(ParameterError, match="steps"):
+        attacks.create("optimal", steps=-1)
