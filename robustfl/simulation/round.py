@@ -90,16 +90,16 @@ def run_rounds(stages: RoundStages, w: Tensor, rounds: int) -> tuple[Tensor, int
     return w, done
 
 
-def dry_run(
-    defense: Callable[[Tensor, DefenseContext], Aggregate], ctx: DefenseContext
-) -> Callable[[Tensor], Aggregate]:
+Rule = Callable[[Tensor, DefenseContext], Aggregate]  # a defense, as a trial calls it
+
+
+def dry_run(defense: Rule, ctx: DefenseContext) -> Callable[[Tensor], Aggregate]:
     """The defense as the attack's oracle may call it: on a copy of the defense, with a copy of
     ``ctx``'s random stream as it stands now, so that a trial never changes the real round.
 
     A rule that declares no state (``DefenseBase.stateful`` False) is called as it is; any other
     callable on a deep copy made for each trial."""
     gen_state = ctx.generator.get_state() if ctx.generator is not None else None
-    stateless = isinstance(defense, DefenseBase) and not defense.stateful
     trial_ctx: list[DefenseContext] = []  # one context and generator for every trial, made at the first
 
     def run(trial: Tensor) -> Aggregate:
@@ -108,9 +108,16 @@ def dry_run(
             trial_ctx.append(dataclasses.replace(ctx, generator=torch.Generator()) if own else ctx)
         if gen_state is not None:
             trial_ctx[0].generator.set_state(gen_state)  # every trial: the round's stream as it stands
-        return (defense if stateless else copy.deepcopy(defense))(trial, trial_ctx[0])
+        return trial_rule(defense)(trial, trial_ctx[0])
 
     return run
+
+
+def trial_rule(defense: Rule) -> Rule:
+    """What one oracle trial calls: the rule itself when it declares no state
+    (``DefenseBase.stateful`` False), else a deep copy, so that no trial changes the rule."""
+    stateless = isinstance(defense, DefenseBase) and not defense.stateful
+    return defense if stateless else copy.deepcopy(defense)
 
 
 def oracle_for(r: Round, aggregate: Callable[[Tensor], Aggregate]) -> Callable[[Tensor], Aggregate]:

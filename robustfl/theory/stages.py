@@ -14,14 +14,13 @@ generator with the round, as the theorem's trajectories always have.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 from torch import Tensor
 
 from ..capabilities import AttackBase, DefenseBase
-from ..simulation.round import Round, attack_stage, oracle_for
+from ..simulation.round import Round, attack_stage, oracle_for, trial_rule
 from ..types import Aggregate, DefenseContext, Knowledge
 from .setting import Setting
 
@@ -91,7 +90,7 @@ class TheoremStages:
         assert ctx is not None
 
         def dry_run(trial: Tensor) -> Aggregate:  # a stateful defense on a copy: its state never changes
-            agg = (copy.deepcopy(defense) if defense.stateful else defense)(-trial, ctx)
+            agg = trial_rule(defense)(-trial, ctx)
             return Aggregate(vector=-agg.vector, weights=agg.weights, stats=agg.stats)
 
         oracle = oracle_for(r, dry_run) if Knowledge.ORACLE in self.granted else None
