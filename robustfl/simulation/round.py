@@ -104,8 +104,9 @@ def dry_run(defense: Rule, ctx: DefenseContext) -> Callable[[Tensor], Aggregate]
 
     def run(trial: Tensor) -> Aggregate:
         if not trial_ctx:  # without a generator the rule seeds its own, as in the real call
-            own = gen_state is not None
-            trial_ctx.append(dataclasses.replace(ctx, generator=torch.Generator()) if own else ctx)
+            g = ctx.generator
+            copy = None if g is None else torch.Generator(device=g.device)  # on the stream's own device
+            trial_ctx.append(ctx if copy is None else dataclasses.replace(ctx, generator=copy))
         if gen_state is not None:
             trial_ctx[0].generator.set_state(gen_state)  # every trial: the round's stream as it stands
         return trial_rule(defense)(trial, trial_ctx[0])

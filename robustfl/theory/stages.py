@@ -8,8 +8,10 @@ negated rows (the theorem's gradient convention), ``g`` -> server step: ``w <- w
 measure: the iterate, ``g`` and ``g0`` kept for the lemma checks; a run diverges when ``||w||``
 passes ``limit`` or is not finite.
 
-The oracle answers in the update convention (``-defense(-rows)``) and shares the defense's
-generator with the round, as the theorem's trajectories always have.
+The oracle answers in the update convention (``-defense(-rows)``) and is the scenario runner's
+(:func:`robustfl.simulation.round.dry_run`): each trial runs on a copy of the round's defense
+stream as it stands, so no trial moves the real aggregation's draws (a random rule's trajectory
+does not depend on how many trials the attack made).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..capabilities import AttackBase, DefenseBase
-from ..simulation.round import Round, attack_stage, oracle_for, trial_rule
+from ..simulation.round import Round, attack_stage, dry_run, oracle_for
 from ..types import Aggregate, DefenseContext, Knowledge
 from .setting import Setting
 
@@ -86,14 +88,16 @@ class TheoremStages:
     def attack(self, r: Round) -> None:
         if self.f == 0:
             return
-        ctx, defense = r.ctx, self.defense
-        assert ctx is not None
+        assert r.ctx is not None
+        oracle = None
+        if Knowledge.ORACLE in self.granted:
+            trial = dry_run(self.defense, r.ctx)  # the round's stream copied, a stateful rule on a copy
 
-        def dry_run(trial: Tensor) -> Aggregate:  # a stateful defense on a copy: its state never changes
-            agg = trial_rule(defense)(-trial, ctx)
-            return Aggregate(vector=-agg.vector, weights=agg.weights, stats=agg.stats)
+            def negated(rows: Tensor) -> Aggregate:  # the update convention: -defense(-rows)
+                agg = trial(-rows)
+                return Aggregate(vector=-agg.vector, weights=agg.weights, stats=agg.stats)
 
-        oracle = oracle_for(r, dry_run) if Knowledge.ORACLE in self.granted else None
+            oracle = oracle_for(r, negated)
         attack_stage(
             self.attacker, self.attack_label, r, granted=self.granted, generator=self.attack_gen,
             global_model=r.w, reference=r.reference, oracle=oracle,

@@ -14,12 +14,13 @@ import torch
 from scipy import stats as sps
 
 from robustfl import attacks, defenses
+from robustfl.capabilities import DefenseBase
 from robustfl.cli import main
 from robustfl.errors import ConfigError, ParameterError
 from robustfl.scenario import load_scenario
 from robustfl.theory import bound as B
 from robustfl.theory import constants as K
-from robustfl.types import Knowledge
+from robustfl.types import Aggregate, DefenseContext, Knowledge
 
 SMALL = """
 [task]
@@ -235,6 +236,46 @@ def test_divergence_stops_the_run(setting: B.Setting) -> None:
         check=False,
     )
     assert traj.status == "diverged" and traj.final_error is None and traj.rounds < 200
+
+
+class _NoisyMean(DefenseBase):
+    """The mean plus one N(0, 1e-3) draw per coordinate from the round's stream; it records the
+    stream's state at every call made with the round's own generator (the real aggregations)."""
+
+    def __init__(self, stream: torch.Generator) -> None:
+        self.stream, self.real_states, self.calls = stream, [], 0
+
+    def __call__(self, updates: torch.Tensor, ctx: DefenseContext) -> Aggregate:
+        assert ctx.generator is not None
+        self.calls += 1
+        if ctx.generator is self.stream:
+            self.real_states.append(ctx.generator.get_state())
+        noise = torch.randn(updates.shape[1], generator=ctx.generator, dtype=updates.dtype)
+        return Aggregate(vector=updates.mean(0) + 1e-3 * noise, weights=None, stats={})
+
+
+@pytest.mark.parametrize("steps", [0, 5])
+def test_oracle_trials_leave_the_rounds_defense_stream_alone(setting: B.Setting, steps: int) -> None:
+    """An oracle attack's trials run on a copy of the defense's stream (as in the scenario runner):
+    the real aggregation of round t sees the stream after exactly t real draws, however many trials
+    the search made (21 + steps + 1 a round)."""
+    cs, rounds, seed = setting.constants(None), 4, 11
+    stream = torch.Generator().manual_seed(seed)
+    rule = _NoisyMean(stream)
+    B.run_trajectory(
+        setting, attacks.create("optimal", steps=steps), rule, f=6, f_hat=6, alpha=cs.alpha,
+        alpha_lemma=cs.alpha_lemma, lemma2_factor=cs.lemma2_factor, rounds=rounds, root=setting.root,
+        attack_gen=torch.Generator().manual_seed(0), defense_gen=stream,
+        granted=Knowledge.grant("full"), check=False,
+    )
+    assert rule.calls == rounds * (1 + 21 + steps + (1 if steps else 0))  # the trials did run
+    ref = torch.Generator().manual_seed(seed)
+    expected = []
+    for _ in range(rounds):  # one draw of P normals per real call, nothing else
+        expected.append(ref.get_state())
+        torch.randn(setting.w0.shape[0], generator=ref, dtype=torch.float64)
+    assert len(rule.real_states) == rounds
+    assert all(torch.equal(a, b) for a, b in zip(rule.real_states, expected, strict=True))
 
 
 # -- fits and JSON -------------------------------------------------------------------------------
