@@ -35,6 +35,7 @@ JSON_KEYS = (
     "upper_bound",
     "upper_source",
     "upper_condition",
+    "upper_verified",
     "lower_bound",
     "evaluations",
     "best_fixed",

@@ -169,19 +169,14 @@ def test_cli_writes_the_rows_and_refuses_bad_input(
         ("median", "lower_bound"),
         ("nnm+krum", "lower_bound"),
     ]
-    for key in (
-        "rule",
-        "n",
-        "f",
-        "family",
-        "kappa",
-        "attack",
-        "upper_bound",
-        "upper_source",
-        "lower_bound",
-        "evaluations",
-    ):
-        assert key in rows[0]
+    from robustfl.theory.kappa import bound_for
+
+    for r in rows:  # the bound's columns as the bound table gives them, verification flag included
+        value, source, condition, verified = bound_for(r["rule"], r["n"], r["f_hat"])
+        assert (r["upper_bound"], r["upper_source"], r["upper_condition"]) == (value, source, condition)
+        assert r["upper_verified"] is verified
+    assert rows[0]["upper_verified"] is False  # median's bound is the reported, unchecked constant
+    assert rows[0]["upper_bound"] == pytest.approx(4 * (1 + 2 / 7) ** 2)  # 4 (1 + r)^2, r = f/(n - 2f)
     assert rows[0]["lower_bound"] == pytest.approx(2 / 7) and rows[0]["evaluations"] <= 40
     assert main(["kappa", "--rules", "medain", "--quiet"]) == 2
     assert "unknown defense 'medain'" in capsys.readouterr().err
