@@ -103,22 +103,39 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_info(name: str) -> dict[str, Any]:
-    """Everything ``robustfl show NAME`` prints, from the registries and the docstrings."""
-    from ..errors import UnknownNameError
+QUALIFIERS = {"attack": "attack", "defense": "defense", "pre": "pre-aggregator", "task": "task",
+              "algorithm": "algorithm", "sharing": "sharing scheme"}  # show KIND:NAME
+
+
+def _show_info(name: str) -> tuple[dict[str, Any], list[str]]:
+    """Everything ``robustfl show NAME`` prints, from the registries and the docstrings, and the
+    qualified names (``KIND:NAME``) of the other components with that name (``fedavg`` is a defense
+    and an algorithm: the first kind in ``robustfl list``'s order is shown)."""
+    from ..errors import ConfigError, UnknownNameError
     from ..plugins import plugin_tables
 
     registries = [reg for _, reg in plugin_tables()]
-    for reg in registries:
-        if name in reg:
-            return reg.info(name)
-    raise UnknownNameError("component", name, [n for reg in registries for n in reg.names()])
+    qualifier, sep, bare = name.partition(":")
+    if sep:
+        if qualifier not in QUALIFIERS:
+            raise ConfigError(
+                f"show {name!r}: unknown kind {qualifier!r}; expected one of {', '.join(QUALIFIERS)} "
+                "(show KIND:NAME)"
+            )
+        registries = [reg for reg in registries if reg.kind == QUALIFIERS[qualifier]]
+        name = bare
+    found = [reg for reg in registries if name in reg]
+    if not found:
+        known = list(dict.fromkeys(n for reg in registries for n in reg.names()))
+        raise UnknownNameError(registries[0].kind if sep else "component", name, known)
+    kinds = {v: k for k, v in QUALIFIERS.items()}
+    return found[0].info(name), [f"{kinds[reg.kind]}:{name}" for reg in found[1:]]
 
 def cmd_show(args: argparse.Namespace) -> int:
     """One component in full: parameters, defaults, constraints, knowledge, the formula."""
     import shutil
 
-    info = _show_info(args.name)
+    info, others = _show_info(args.name)
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
@@ -139,6 +156,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if info.get("details"):  # the docstring as written: formulas keep their layout
         lines.append("formula and details:")
         lines.extend(f"  {line}".rstrip() for line in info["details"].splitlines())
+    if others:
+        lines.append(f"also named {info['name']!r}: " + ", ".join(f"robustfl show {q}" for q in others))
     print("\n".join(lines))
     return 0
 

@@ -176,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("show", help="one attack, defense, task, algorithm or sharing scheme in full")
-    p.add_argument("name", help="its name, as `robustfl list` shows it")
+    p.add_argument(
+        "name",
+        help="its name, as `robustfl list` shows it; KIND:NAME picks one kind (attack, defense, pre, "
+        "task, algorithm, sharing), e.g. algorithm:fedavg",
+    )
     p.add_argument("--json", action="store_true", help="print it as one JSON object")
     _common(p)
 

@@ -55,11 +55,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if verdict is not None:
             doc["convergence"] = verdict
         write_json(args.json, doc)
-    if not args.quiet:
-        render.print_cell(cell)
-        render.print_convergence([verdict] if verdict is not None else [])
-        if args.json:
-            render.print_note(f"wrote {args.json}")
+    render.print_cell(cell)  # the result, --quiet or not (as matrix prints its table)
+    render.print_convergence([verdict] if verdict is not None else [])
+    if args.json and not args.quiet:
+        render.print_note(f"wrote {args.json}")
     return 1 if cell.status == "failed" else 0
 
 
@@ -125,11 +124,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """The scenario checked and planned, nothing run."""
+    """The scenario checked and planned as ``matrix`` would (its refusals included), nothing run."""
+    from ..simulation.components import refuse_choice_settings
     from ..sweep.plan import plan
     from . import render
 
     sc = load(args)
+    refuse_choice_settings(sc.settings)
     jobs = plan(sc, allow_outside_guarantee=args.allow_outside_guarantee)
     if not args.quiet:
         render.print_note(f"{sc.name}: valid ({len(jobs)} cells)")

@@ -19,8 +19,12 @@ from torch import Tensor
 
 
 class Algorithm:
-    """FedAvg's behaviour; subclasses override what differs.
+    """FedAvg: clients run plain local SGD on F_k; the server steps w <- w + server_lr * A(U).
 
+    Paper: McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of
+    Deep Networks from Decentralized Data", AISTATS 2017
+
+    The base class: the other algorithms override what differs.
     ``has_extra_grad`` declares that :meth:`extra_grad` adds a term to the local gradient (the
     engine then passes the start points along and keeps them apart from the trained rows)."""
 

@@ -241,7 +241,8 @@ class Pool:
         to import torch are not idle; it takes the last item (with the driver's longest-first
         order, the shortest), so the workers do not wait long for this process once they are up.
         Without a timeout each busy worker also holds its next item in its pipe (sent ahead:
-        it starts the moment the current one is done; a worker that dies gives it back). With
+        it starts the moment the current one is done, and ``on_start`` is called then, not when it
+        is sent; a worker that dies gives it back). With
         ``keep`` the idle workers stay for the next imap when every item is done; otherwise (and
         always when stopped early) the pool is closed."""
         queue = deque(items)
@@ -265,11 +266,11 @@ class Pool:
                     continue
                 if ahead is None:
                     self._dispatch(item, message(item))
+                    if on_start is not None:
+                        on_start(item)
                 elif not self._send_ahead(ahead, item, message(item)):
                     queue.appendleft(item)
-                    break
-                if on_start is not None:
-                    on_start(item)
+                    break  # (an item sent ahead starts when its worker takes it up: below)
             return answered
 
         try:
@@ -304,6 +305,8 @@ class Pool:
                             slot.next = []
                         elif slot.next:  # the item sent ahead is running now
                             slot.item, slot.started = slot.next.pop(0), now
+                            if on_start is not None:
+                                on_start(slot.item)
                         else:
                             del self._busy[slot.conn]
                             with self._lock:

@@ -49,6 +49,8 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["validate", "quick", "--set", "matrix.seeds=[]"], "matrix.seeds must be a non-empty list"),
         (["validate", "quick", "--set", "threat.byzantine=80"], "more than federation.clients"),
         (["validate", "quick", "--set", "attack.z=1"], None),  # a section param: fine until used
+        (["validate", "quick", "--set", "attack.name=alie"], "does not apply to a matrix"),  # as matrix
+        (["validate", "quick", "--set", "defense.label=x"], "does not apply to a matrix"),
         (["run", "quick", "--set", "attack.name=alie", "--set", "attack.zz=1"], "has no parameter 'zz'"),
         (["validate", "nope.toml"], "does not exist"),
         (["matrix", "quick", "--seeds", "a,b"], "--seeds must be comma-separated integers"),

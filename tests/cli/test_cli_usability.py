@@ -124,6 +124,24 @@ def test_run_set_attack_parameter_is_used(tmp_path: Path) -> None:
     assert a != b
 
 
+def test_run_quiet_still_prints_the_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--quiet: only errors and the final table; for run the table is the cell's result block."""
+    path = tmp_path / "a.json"
+    argv = ["run", "quick", "--attack", "scaling", "--defense", "fedavg", *TINY, "--json", str(path)]
+    assert main([*argv, "--quiet"]) == 0
+    quiet = capsys.readouterr().out
+    final = json.loads(path.read_text())["final"]
+    assert quiet.startswith("scaling vs fedavg, seed 0: ok")
+    line = next(x for x in quiet.splitlines() if x.startswith("relative_drift"))
+    assert float(line.split()[1]) == pytest.approx(final["relative_drift"], rel=1e-2)
+    assert str(path) not in quiet  # the note on where it went is left out
+    assert main(argv) == 0
+    loud = capsys.readouterr().out
+    timeless = [x for x in quiet.splitlines() if not x.startswith("elapsed")]
+    assert [x for x in loud.splitlines() if not x.startswith("elapsed")][: len(timeless)] == timeless
+    assert str(path) in loud
+
+
 def _matrix_config(store: Path) -> list[dict[str, object]]:
     with Store(store) as st:
         keys = [c.key for c in st.cells()]
@@ -189,6 +207,29 @@ def test_show_prints_every_parameter_with_default(capsys: pytest.CaptureFixture[
     assert info["kind"] == "attack" and info["knowledge"] == "own"
     assert main(["show", "alei"]) == 2
     assert "did you mean 'alie'" in capsys.readouterr().err
+
+
+def test_show_tells_apart_components_sharing_a_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """fedavg is a defense and an algorithm: plain ``show`` gives the first kind in ``list``'s order
+    and names the other; KIND:NAME picks one; a bad kind or a name of another kind exits 2."""
+    assert main(["show", "fedavg"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fedavg  (defense, built-in)")
+    assert out.rstrip().endswith("also named 'fedavg': robustfl show algorithm:fedavg")
+    assert main(["show", "algorithm:fedavg", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["kind"] == "algorithm" and info["parameters"] == [] and "McMahan" in info["paper"]
+    assert main(["show", "defense:fedavg", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "defense"
+    assert main(["show", "sharing:psfed"]) == 0 and "also named" not in capsys.readouterr().out
+    assert main(["show", "algo:fedavg"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "unknown kind 'algo'" in err
+    assert main(["show", "task:alie"]) == 2
+    assert "unknown task 'alie'" in capsys.readouterr().err
+    assert main(["show", "alei"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("fedavg") == 1  # the known names listed once each
 
 
 def _options(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, str | None]]:
