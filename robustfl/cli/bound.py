@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import write_json
+from .common import check_outputs, write_json
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
@@ -16,6 +16,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     from . import bound_render
 
     sc = load_scenario(args.scenario or DEFAULT_SCENARIO, args.overrides)
+    check_outputs({"--json": args.json, "--plot": args.plot}, {"the scenario": sc.path})
     quiet = bool(args.quiet)
     with bound_render.BoundProgress(quiet=quiet) as progress:
         report = run_bound(

@@ -21,7 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ..errors import ConfigError
-from .common import csv_list, write_json
+from .common import check_outputs, csv_list, write_json
 from .tables import get_console
 
 JSON_KEYS = (
@@ -115,7 +115,13 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     for fam in families:
         if fam not in FAMILIES:
             raise ConfigError(f"--families: {fam!r}, expected one of {', '.join(FAMILIES)}")
+    if args.dim < 1:
+        raise ConfigError(f"--dim must be an integer >= 1 (coordinates of the rows), got {args.dim}")
     save_dir = Path(args.save_dir)
+    if save_dir.exists() and not save_dir.is_dir():
+        raise ConfigError(f"--save-dir {args.save_dir!r} is a file: expected a folder")
+    scenario_file = args.scenario if args.scenario and Path(args.scenario).is_file() else None
+    check_outputs({"--json": args.json}, {"the scenario": scenario_file})
     console = get_console(None)
     rows: list[dict[str, Any]] = []
     plain = not console.is_terminal or args.quiet

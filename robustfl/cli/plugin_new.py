@@ -77,11 +77,16 @@ def write_plugin(name: str, kind: str, directory: str | Path) -> Path:
         f"{values['module']}/__init__.py": code,
         f"tests/test_{name}.py": test,
     }
-    root.mkdir(parents=True)
-    for rel, template in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Template(template).substitute(values), encoding="utf-8")
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise ConfigError(f"plugin new: --dir {str(directory)!r} is a file: expected a folder")
+    try:
+        root.mkdir(parents=True)
+        for rel, template in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(Template(template).substitute(values), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"plugin new: cannot write {root}: {exc.strerror or exc}") from None
     return root
 
 

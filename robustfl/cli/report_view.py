@@ -106,8 +106,9 @@ def print_report(
         out.write(text)
         out.flush()
     else:
-        with open(output, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        from .common import write_text
+
+        write_text("--output", output, text)
 
 
 def print_compare(

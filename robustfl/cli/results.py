@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from .common import check_outputs, write_text
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -17,6 +18,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if not Path(args.store).is_file():
         raise ConfigError(f"store {args.store!r} does not exist")
+    check_outputs({"--output": args.output}, {"the store": args.store})
     # Every setting the store holds, kept apart: the cells' sweep points carry the keys that differ.
     view = load_store(args.store)
     cells = view.cells
@@ -36,9 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             convergence=view.convergence,
         )
         if args.output:
-            out = Path(args.output)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8")
+            write_text("--output", args.output, text)
         else:
             sys.stdout.write(text)
             sys.stdout.flush()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RobustFLError
-from .common import csv_list, load, write_json
+from .common import check_outputs, csv_list, load, write_json
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -21,6 +21,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from . import render
 
     sc = load(args)  # --set attack.* / defense.* apply to the attack and defense chosen
+    check_outputs({"--json": args.json}, {"the scenario": sc.path})
     attack: Any = chosen_spec(sc, "attack", args.attack or None)
     defense: Any = chosen_spec(sc, "defense", args.defense or None)
     sim = set_up(sc, attack, defense, args.seed, args.allow_outside_guarantee, device=args.device)
@@ -74,9 +75,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     sc = load(args)
     refuse_choice_settings(sc.settings)
     store = args.store or str(Path("runs") / f"{sc.name}.db")
-    Path(store).parent.mkdir(parents=True, exist_ok=True)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    check_outputs({"--json": args.json, "--plot": args.plot}, {"the scenario": sc.path, "the store": store})
+    Path(store).parent.mkdir(parents=True, exist_ok=True)
     result = None
     try:
         with render.MatrixProgress(quiet=args.quiet) as progress:

@@ -43,7 +43,7 @@ def load_store(path: str | Path) -> StoreView:
     from robustfl.errors import StoreError
     from robustfl.simulation.store import Store
 
-    with Store(path) as st:
+    with Store(path, read_only=True) as st:  # a view never writes to the file
         try:
             pairs = st.cells_with_configs()
         except (TypeError, AttributeError) as exc:  # a row whose JSON has the wrong shape

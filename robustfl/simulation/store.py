@@ -81,18 +81,30 @@ def _as_float64(vector: Any) -> np.ndarray:
 
 
 class Store:
-    """A results store at ``path`` (created, with its parent folders, when missing)."""
+    """A results store at ``path`` (created, with its parent folders, when missing).
 
-    def __init__(self, path: str | Path) -> None:
+    ``read_only``: the views' way in (``robustfl report`` / ``compare``): the file must already be
+    a robustfl store, and nothing is written to it (an empty or foreign file is refused as it is).
+    SQLite opens it ``mode=rw`` all the same (never ``create``), so that closing it removes the
+    WAL files a read leaves, as a store opened for writing does."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         memory = str(path) == ":memory:"
-        if not memory:
+        if read_only and not self.path.is_file():
+            raise StoreError(f"store {str(path)!r} does not exist")
+        if not memory and not read_only:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create the folder for store {self.path}: {e.strerror}") from None
         try:
-            self._conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            if read_only:
+                uri = f"{self.path.resolve().as_uri()}?mode=rw"
+                self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            else:
+                self._conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store {self.path}: {e}") from None
         try:
@@ -115,6 +127,8 @@ class Store:
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables and "meta" not in tables:
             raise StoreError(f"{self.path} is not a robustfl results store (another program's SQLite file)")
+        if not tables and self.read_only:
+            raise StoreError(f"{self.path} is not a robustfl results store (an empty file)")
         if not tables:
             # A new (or empty) file: create the schema. Two processes may race here; the
             # IMMEDIATE transaction serialises them and IF NOT EXISTS / OR IGNORE make it idempotent.
@@ -126,6 +140,8 @@ class Store:
                     [("schema_version", str(SCHEMA_VERSION)), ("application", APPLICATION)],
                 )
         self._check_meta()
+        if self.read_only:
+            return
         if str(self.path) != ":memory:":
             self._use_wal()
         c.execute("PRAGMA synchronous = NORMAL")
