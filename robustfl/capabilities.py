@@ -156,6 +156,13 @@ class DefenseBase:
     def admits(self, k: int, f_hat: int) -> bool:
         return k >= self.min_clients(f_hat)
 
+    def refusal(self, k: int, f_hat: int) -> str | None:
+        """Why the rule will not aggregate ``k`` rows with ``f_hat`` assumed Byzantine, or None.
+        A cost it refuses (MDA's and SMEA's exact subset searches), not a guarantee, so
+        ``--allow-outside-guarantee`` does not lift it; read when a cell is set up, so that a
+        matrix (and ``validate``) refuses before anything runs rather than failing every cell."""
+        return None
+
     def reset(self) -> None:
         return None
 

@@ -283,10 +283,8 @@ def _check_relations(d: dict[str, dict[str, Any]]) -> None:
                 f"federation.server_lr must be 1 with algorithm feddyn (its server step is its own), "
                 f"got {d['federation']['server_lr']!r}"
             )
-    for key in ("seeds",):
-        for s in d["matrix"][key]:
-            if not (isinstance(s, int) and not isinstance(s, bool)) or s < 0:
-                raise ConfigError(f"matrix.seeds must hold non-negative integers, got {s!r}")
+    for s in d["matrix"]["seeds"]:
+        check_seed("matrix.seeds", s)
     for key in ("attacks", "defenses"):
         for item in d["matrix"][key]:
             if isinstance(item, str):
@@ -348,6 +346,16 @@ def scenario_names() -> list[str]:
     for d in scenario_dirs():
         names.update(p.stem for p in d.glob("*.toml"))
     return sorted(names)
+
+
+MAX_SEED = 2**63 - 1  # a store keeps a cell's seed as an SQLite INTEGER
+
+
+def check_seed(what: str, s: Any) -> int:
+    """A seed: an integer in [0, 2**63 - 1]; otherwise one line naming ``what`` (exit 2)."""
+    if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
+        raise ConfigError(f"{what}: a seed must be an integer in [0, 2**63 - 1], got {s!r}")
+    return s
 
 
 def find_scenario(name_or_path: str | Path) -> Path:

@@ -9,6 +9,7 @@ same results as the built-in it imitates.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from robustfl.attacks._common import Composite
 from robustfl.capabilities import AttackBase, DefenseBase, PreAggregatorBase
 from robustfl.defenses import pre_registry
 from robustfl.defenses.compose import compose
-from robustfl.errors import ConfigError
+from robustfl.errors import ConfigError, InputError
 from robustfl.registry.adapters import PluginAttack, PluginDefense, PluginPre, as_attack, as_defense, as_pre
 from robustfl.simulation.runner import simulate
 from robustfl.types import Aggregate, AttackContext, DefenseContext, Knowledge, TaskInfo
@@ -278,3 +279,34 @@ def test_baseline_and_guarantee_are_declared_not_named() -> None:
         assert quiet.final.get("byzantine_weight") == 0.0
     finally:
         del attacks.registry._entries["quiet_t"]
+
+
+def test_a_cost_refusal_is_declared_and_checked_before_a_matrix_runs(tmp_path: Path) -> None:
+    """MDA and SMEA refuse subset counts past max_subsets: ``refusal(k, f_hat)`` says so exactly when
+    the call would raise (the same words), a composition asks its inner rule at the transformed
+    counts, and a cell that would meet it is refused when it is set up (run, matrix, validate: exit
+    2 before anything runs; --allow-outside-guarantee does not lift it)."""
+    from robustfl.cli import main
+
+    mda, smea = defenses.create("mda", max_subsets=494), defenses.create("smea", max_subsets=219)
+    assert mda.refusal(12, 4) == "C(K, f_hat) = C(12, 4) = 495 subsets exceed max_subsets = 494"
+    assert defenses.create("mda", max_subsets=495).refusal(12, 4) is None
+    assert smea.refusal(12, 3) is not None and defenses.create("smea", max_subsets=220).refusal(12, 3) is None
+    rows = torch.zeros(12, 2, dtype=torch.float64)
+    for rule in (mda, smea):
+        f = 4 if rule is mda else 3
+        with pytest.raises(InputError) as err:
+            rule(rows, DefenseContext(assumed_byzantine=f))
+        assert str(err.value) == f"{rule.name}: {rule.refusal(12, f)}"
+    assert defenses.create("krum").refusal(10**6, 10**5) is None  # the default: no cost limit
+    bucketed = compose(pre_registry.create("bucketing", size=2), then=mda)
+    k, f = bucketed.transform_counts(24, 4)
+    assert bucketed.refusal(24, 4) == mda.refusal(k, f)
+    store = str(tmp_path / "m.db")
+    base = ["--set", 'matrix.defenses=["fedavg", "mda"]', "--set", "matrix.seeds=[0]", "--quiet"]
+    for argv in (["validate", "quick", *base], ["matrix", "quick", *base, "--store", store],
+                 ["matrix", "quick", *base, "--store", store, "--allow-outside-guarantee"],
+                 ["run", "quick", "--defense", "mda", "--quiet"]):
+        assert main(argv) == 2
+    assert not Path(store).exists()  # refused before the store was made
+    assert main(["validate", "quick", *base, "--set", "federation.clients=20"]) == 0  # C(20, 4): fine

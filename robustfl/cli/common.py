@@ -22,9 +22,15 @@ def csv_list(text: str | None, kind: str, integers: bool | None = None) -> list[
         raise ConfigError(f"--{kind} must list at least one value, got {text!r}")
     if integers if integers is not None else kind == "seeds":
         try:
-            return [int(t) for t in items]
+            values = [int(t) for t in items]
         except ValueError:
             raise ConfigError(f"--{kind} must be comma-separated integers, got {text!r}") from None
+        if kind == "seeds":
+            from ..scenario import check_seed
+
+            for v in values:
+                check_seed("--seeds", v)
+        return values
     return items
 
 

@@ -115,6 +115,9 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     for fam in families:
         if fam not in FAMILIES:
             raise ConfigError(f"--families: {fam!r}, expected one of {', '.join(FAMILIES)}")
+    from ..scenario import check_seed
+
+    check_seed("--seed", args.seed)
     if args.dim < 1:
         raise ConfigError(f"--dim must be an integer >= 1 (coordinates of the rows), got {args.dim}")
     save_dir = Path(args.save_dir)

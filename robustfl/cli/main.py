@@ -16,7 +16,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from ..errors import RobustFLError
+from ..errors import ConfigError, RobustFLError
 from .bound import cmd_bound
 from .catalogue import cmd_list, cmd_plugin, cmd_show
 from .common import print_error
@@ -57,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         for spec in getattr(args, "plugin", []) or []:
             load_plugin(spec)
+        _check_device(args)
         handler = _COMMANDS[args.command]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", category=UserWarning)
@@ -70,6 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = str(exc) if interrupted and isinstance(exc, interrupted) and str(exc) else "interrupted"
         print(f"robustfl: {msg}", file=sys.stderr)
         return 130
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    """``--device cuda`` where this process runs the cells and torch sees no GPU: one line, exit 2,
+    before any work (a Ray cluster's workers may have GPUs the driver lacks: not checked there)."""
+    if getattr(args, "device", None) != "cuda" or getattr(args, "executor", "local") == "ray":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "torch sees no GPU"
+        raise ConfigError(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
 
 
 def entry() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RobustFLError
+from ..scenario import check_seed
 from .common import check_outputs, csv_list, load, write_json
 
 
@@ -21,6 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from . import render
 
     sc = load(args)  # --set attack.* / defense.* apply to the attack and defense chosen
+    check_seed("--seed", args.seed)
     check_outputs({"--json": args.json}, {"the scenario": sc.path})
     attack: Any = chosen_spec(sc, "attack", args.attack or None)
     defense: Any = chosen_spec(sc, "defense", args.defense or None)

@@ -65,6 +65,9 @@ class Composed(DefenseBase):
     def admits(self, k: int, f_hat: int) -> bool:
         return self.rule.admits(*self.transform_counts(k, f_hat))
 
+    def refusal(self, k: int, f_hat: int) -> str | None:
+        return self.rule.refusal(*self.transform_counts(k, f_hat))
+
     def min_clients(self, f_hat: int) -> int:
         """Smallest K admitted (exponential then binary search; admission monotone in K)."""
         hi = 1

@@ -153,6 +153,12 @@ class MDA(Rule):
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 1
 
+    def refusal(self, k: int, f_hat: int) -> str | None:
+        count = math.comb(k, f_hat) if 0 <= f_hat <= k else 0
+        if count <= self.max_subsets:
+            return None
+        return f"C(K, f_hat) = C({k}, {f_hat}) = {count:,} subsets exceed max_subsets = {self.max_subsets:,}"
+
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.name)
         k, f = updates.shape[0], f_hat(ctx)
@@ -160,11 +166,9 @@ class MDA(Rule):
         if m < 1:
             raise InputError(f"mda: needs K > f_hat rows to keep any, got K = {k}, f_hat = {f}")
         count = math.comb(k, f)
-        if count > self.max_subsets:
-            raise InputError(
-                f"mda: C(K, f_hat) = C({k}, {f}) = {count:,} subsets"
-                f" exceed max_subsets = {self.max_subsets:,}"
-            )
+        why = self.refusal(k, f)
+        if why is not None:
+            raise InputError(f"mda: {why}")
         sq = centred_sq_distances(updates)
         chosen, diam2, tied = min_diameter_subset(sq, m)
         weights = torch.zeros(k, dtype=updates.dtype, device=updates.device)

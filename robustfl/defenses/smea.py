@@ -85,6 +85,16 @@ class SMEA(Rule):
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 1
 
+    def refusal(self, k: int, f_hat: int) -> str | None:
+        m = k - f_hat
+        count = math.comb(k, m) if 0 <= m <= k else 0
+        if count <= self.max_subsets:
+            return None
+        return (
+            f"exact search over C({k}, {m}) = {count:,} subsets exceeds max_subsets = {self.max_subsets:,} "
+            f"(K = {k}, f_hat = {f_hat})"
+        )
+
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.name)
         k, f = updates.shape[0], f_hat(ctx)
@@ -92,11 +102,9 @@ class SMEA(Rule):
             raise InputError(f"{self.name}: needs K > f_hat rows, got K = {k}, f_hat = {f}")
         m = k - f
         count = math.comb(k, m)
-        if count > self.max_subsets:
-            raise InputError(
-                f"{self.name}: exact search over C({k}, {m}) = {count} subsets exceeds max_subsets = "
-                f"{self.max_subsets} (K = {k}, f_hat = {f})"
-            )
+        why = self.refusal(k, f)
+        if why is not None:
+            raise InputError(f"{self.name}: {why}")
         bad = ~torch.isfinite(row_norms(updates))
         gram = centred_gram(updates).cpu()
         gram = torch.where(torch.isfinite(gram), gram, 0.0)

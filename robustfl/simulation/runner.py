@@ -118,6 +118,9 @@ class Simulation:
         self.num_clients = fed["clients"]
         self.per_round = max(1, math.floor(fed["participation"] * self.num_clients + 0.5))
         self.f_hat = scenario.assumed_count(self.per_round)
+        why = self.defense.refusal(self.per_round, self.f_hat)
+        if why is not None:  # a cost the rule refuses at this size: before any data is built
+            raise ConfigError(f"defense {self.defense_label!r} refuses this setting: {why}")
         self.outside = C.check_guarantee(
             self.defense, self.defense_label, self.per_round, self.f_hat, allow_outside_guarantee
         )

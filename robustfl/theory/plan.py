@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..scenario import Scenario, count_of
+from ..scenario import Scenario, check_seed, count_of
 from ..simulation import components as C
 
 DEFAULT_SCENARIO = "fltrust-bound"
@@ -77,9 +77,7 @@ class Plan:
             )
         seeds = []
         for s in b["seeds"]:
-            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-                raise ConfigError(f"bound.seeds must hold non-negative integers, got {s!r}")
-            seeds.append(s)
+            seeds.append(check_seed("bound.seeds", s))
         for key in ("attacks", "defenses"):
             for item in b[key]:
                 named = isinstance(item, dict) and isinstance(item.get("name"), str)

@@ -29,6 +29,9 @@ SMALL = [
 ]
 
 
+SEED_RANGE = "a seed must be an integer in [0, 2**63 - 1]"
+
+
 def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err
@@ -54,6 +57,10 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["run", "quick", "--set", "attack.name=alie", "--set", "attack.zz=1"], "has no parameter 'zz'"),
         (["validate", "nope.toml"], "does not exist"),
         (["matrix", "quick", "--seeds", "a,b"], "--seeds must be comma-separated integers"),
+        (["matrix", "quick", "--seeds", "0,-1"], f"--seeds: {SEED_RANGE}, got -1"),
+        (["run", "quick", "--seed", str(2**64)], f"--seed: {SEED_RANGE}, got {2**64}"),
+        (["validate", "quick", "--set", "matrix.seeds=[-3]"], "matrix.seeds: a seed must be an integer"),
+        (["kappa", "--seed", "-1"], "--seed: a seed must be an integer"),
         (["run", "quick", "--plugin", "no_such_module_xyz"], "cannot import module"),
         (["frobnicate"], "invalid choice"),
         (
@@ -180,3 +187,20 @@ def test_ctrl_c_after_the_last_cell_says_the_store_is_complete(
     ]
     monkeypatch.undo()
     assert main(argv) == 0
+
+
+def test_device_cuda_without_a_gpu_is_refused_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    store = tmp_path / "m.db"
+    cuda = ["--device", "cuda"]
+    matrix = ["matrix", "quick", *cuda, "--store", str(store)]
+    for argv in (["run", "quick", *cuda], matrix, ["bound", *cuda]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("robustfl: error: --device cuda:"), err
+        assert "use --device cpu" in err
+    assert not store.exists()

@@ -190,8 +190,8 @@ def test_preconditions_and_refusals() -> None:
     assert [D.create(n).min_clients(3) for n in ("smea", "monna", "foundationfl", "fldetector")] == [7] * 4
     assert D.create("fldetector", rule="krum").min_clients(3) == 9
     u = torch.from_numpy(bank(7, 3, 3, 1.0, 0))
-    with pytest.raises(InputError, match=r"^smea: exact search over C\(30, 25\) = 142506 subsets exceeds "
-                       r"max_subsets = 100000 \(K = 30, f_hat = 5\)$"):
+    with pytest.raises(InputError, match=r"^smea: exact search over C\(30, 25\) = 142,506 subsets exceeds "
+                       r"max_subsets = 100,000 \(K = 30, f_hat = 5\)$"):
         D.create("smea")(torch.zeros(30, 2, dtype=torch.float64), ctx(5))
     zeros = torch.zeros(12, 2, dtype=torch.float64)
     with pytest.raises(InputError, match=r"C\(12, 9\) = 220 subsets exceeds max_subsets = 219"):
