@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import attacks, defenses, federation, tasks
@@ -55,7 +56,17 @@ def load_plugin(spec: str) -> list[str]:
     added: list[str] = []
     for attr, reg in plugin_tables():
         table = getattr(module, attr, None) or {}
+        if not isinstance(table, Mapping):
+            raise PluginError(
+                f"--plugin {spec!r}: {attr} must be a dict of name -> class or factory, "
+                f"got {type(table).__name__}"
+            )
         for name, obj in table.items():
+            if not isinstance(name, str) or not (callable(obj) or (isinstance(obj, str) and ":" in obj)):
+                raise PluginError(
+                    f"--plugin {spec!r}: {attr}[{name!r}] must be a class or factory (or 'module:attr'), "
+                    f"got {obj!r}"
+                )
             reg.register(name, obj, origin)
             added.append(name)
     _LOADED[cache_key] = list(added)

@@ -97,9 +97,10 @@ def _type_ok(value: Any, typ: str) -> bool:
 
 def _check_value(key: str, value: Any, typ: str, constraint: str) -> Any:
     if not _type_ok(value, typ):
-        want = {"number": "a number", "number|null": "a number", "float": "a number", "table": "a table"}.get(
-            typ, f"a {typ}"
-        )
+        want = {
+            "number": "a number", "number|null": "a number", "float": "a number", "table": "a table",
+            "int": "an integer", "str": "a string", "bool": "true or false",
+        }.get(typ, f"a {typ}")
         raise ConfigError(f"{key} must be {want}, got {value!r} ({type(value).__name__})")
     if (
         value is None
@@ -260,7 +261,17 @@ def _resolve(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+PARTITION_OWNERS = {"alpha": "dirichlet", "q": "bias", "shards_per_client": "shards"}  # key -> its partition
+
+
 def _check_relations(d: dict[str, dict[str, Any]]) -> None:
+    part = d["partition"]
+    for key, owner in PARTITION_OWNERS.items():  # a value set for another partition would do nothing
+        if part["name"] != owner and part[key] != SCHEMA["partition"][key][0]:
+            raise ConfigError(
+                f"partition.{key} = {part[key]!r} applies to partition {owner!r} only, and this scenario's "
+                f"partition is {part['name']!r}: set partition.name = {owner!r} or drop partition.{key}"
+            )
     k = d["federation"]["clients"]
     byz = d["threat"]["byzantine"]
     if isinstance(byz, float) and byz > 1:
@@ -361,6 +372,8 @@ def check_seed(what: str, s: Any) -> int:
 def find_scenario(name_or_path: str | Path) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
+        if p.is_dir():
+            raise ConfigError(f"scenario {str(p)!r} is a folder: expected a TOML file or a scenario name")
         if not p.is_file():
             raise ConfigError(f"scenario file {str(p)!r} does not exist")
         return p

@@ -40,7 +40,9 @@ def test_override_parsing_and_application() -> None:
     [
         ({"federation": {"clientz": 3}}, "federation.clientz"),
         ({"federaton": {}}, "federaton"),
-        ({"federation": {"clients": "ten"}}, "federation.clients must be a int"),
+        ({"federation": {"clients": "ten"}}, "federation.clients must be an integer"),
+        ({"partition": {"alpha": 1.0}}, "partition.alpha = 1.0 applies to partition 'dirichlet' only"),
+        ({"partition": {"name": "dirichlet", "q": 0.3}}, "partition.q = 0.3 applies to partition 'bias'"),
         ({"federation": {"clients": 2.5}}, "federation.clients"),
         ({"federation": {"local_lr": -1.0}}, "federation.local_lr must be >0"),
         ({"federation": {"participation": 1.5}}, "federation.participation"),

@@ -20,6 +20,9 @@ def csv_list(text: str | None, kind: str, integers: bool | None = None) -> list[
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise ConfigError(f"--{kind} must list at least one value, got {text!r}")
+    twice = next((t for i, t in enumerate(items) if t in items[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"--{kind} lists {twice!r} twice, in {text!r}: give each value once")
     if integers if integers is not None else kind == "seeds":
         try:
             values = [int(t) for t in items]

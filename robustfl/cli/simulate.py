@@ -21,6 +21,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..sweep.plan import Job, set_up
     from . import render
 
+    for option, given in (("--attack", args.attack), ("--defense", args.defense)):
+        if given is not None and not given.strip():
+            raise ConfigError(f"{option} must name a component, got {given!r}")
     sc = load(args)  # --set attack.* / defense.* apply to the attack and defense chosen
     check_seed("--seed", args.seed)
     check_outputs({"--json": args.json}, {"the scenario": sc.path})
@@ -79,6 +82,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     store = args.store or str(Path("runs") / f"{sc.name}.db")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if args.address is not None and args.executor != "ray":
+        raise ConfigError(f"--address {args.address!r} is a Ray cluster's address: it needs --executor ray")
     check_outputs({"--json": args.json, "--plot": args.plot}, {"the scenario": sc.path, "the store": store})
     Path(store).parent.mkdir(parents=True, exist_ok=True)
     result = None

@@ -305,6 +305,24 @@ def test_plugin_file_for_run_and_matrix(tmp_path: Path, fresh_registries: None,
     assert "got 'own'" in line
 
 
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("ATTACKS = 5\n", "ATTACKS must be a dict of name -> class or factory, got int"),
+        ('DEFENSES = {"mine": 5}\n', "DEFENSES['mine'] must be a class or factory"),
+        ("TASKS = {3: dict}\n", "TASKS[3] must be a class or factory"),
+    ],
+)
+def test_a_malformed_plugin_table_is_one_line_naming_it(
+    tmp_path: Path, fresh_registries: None, capsys: pytest.CaptureFixture[str], body: str, needle: str
+) -> None:
+    path = tmp_path / f"{modname()}.py"
+    path.write_text(body)
+    assert main(["run", "quick", *SMALL, "--plugin", str(path), "--quiet"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert needle in line and "Traceback" not in line
+
+
 # -- robustfl plugin new -----------------------------------------------------------------------
 def test_write_plugin_layout_and_entry_point(tmp_path: Path) -> None:
     root = write_plugin("my_attack", "attack", tmp_path)
