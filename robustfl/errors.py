@@ -29,8 +29,9 @@ class UnknownNameError(ConfigError, KeyError):
     """An attack, defense, task or scenario name that is not registered."""
 
     def __init__(self, kind: str, name: str, known: Iterable[str]) -> None:
-        known = sorted(known)
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        known = sorted(set(known))
+        same = [k for k in known if k.lower() == name.lower()]  # SIGN_FLIP -> sign_flip
+        close = same + [c for c in difflib.get_close_matches(name, known, n=3, cutoff=0.5) if c not in same]
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         msg = f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})"
         super().__init__(msg)

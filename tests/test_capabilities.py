@@ -248,8 +248,12 @@ def test_the_reference_is_required_by_declaration_not_by_name() -> None:
     defenses.register("needs_root_t", NeedsRoot, "test")
     try:
         sc = robustfl.load_scenario("quick", ["server.root_size=0", "federation.rounds=2"])
-        with pytest.raises(ConfigError, match="needs the server's root data"):
+        with pytest.raises(ConfigError, match="^defense 'needs_root_t' needs the server's root data"):
             simulate(sc, "none", "needs_root_t", seed=0)
+        with pytest.raises(ConfigError, match="^attack 'fltrust_adaptive' needs the server's root data"):
+            simulate(sc, "fltrust_adaptive", "median", seed=0)  # only the one that needs it is named
+        with pytest.raises(ConfigError, match="^defense 'needs_root_t' and attack 'fltrust_adaptive' need "):
+            simulate(sc, "fltrust_adaptive", "needs_root_t", seed=0)
         with_root = robustfl.load_scenario("quick", ["federation.rounds=2"])
         cell = simulate(with_root, "none", "needs_root_t", 0).cell
         assert cell.status == "ok"

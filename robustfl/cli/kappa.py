@@ -52,9 +52,16 @@ def rule_spec(token: str) -> Any:
     token = token.strip()
     if token.startswith("{"):
         return json.loads(token)
-    parts = [p.strip() for p in token.split("+") if p.strip()]
-    if not parts:
-        raise ConfigError(f"--rules: empty rule in {token!r}")
+    parts = [p.strip() for p in token.split("+")]
+    if not all(parts):
+        raise ConfigError(f"--rules: {token!r} has an empty part: expected PRE+...+RULE, e.g. nnm+krum")
+    from ..defenses import pre_registry, registry
+
+    if len(parts) > 1 and parts[-1] in pre_registry and parts[-1] not in registry:
+        order = "+".join([parts[-1], *parts[:-1]])
+        raise ConfigError(
+            f"--rules: {token!r} ends with the pre-aggregator {parts[-1]!r}: the rule comes last ({order!r}?)"
+        )
     return parts[0] if len(parts) == 1 else {"name": parts[-1], "pre": parts[:-1]}
 
 

@@ -10,7 +10,7 @@ import torch
 
 from .. import attacks, defenses
 from ..capabilities import AttackBase, DefenseBase
-from ..errors import ConfigError, GuaranteeError, KnowledgeError
+from ..errors import ConfigError, GuaranteeError, KnowledgeError, UnknownNameError
 from ..registry.adapters import as_attack, as_defense
 from ..types import Knowledge, TaskInfo
 
@@ -91,6 +91,10 @@ def pick_entries(requested: Sequence[Spec], entries: Sequence[Spec], section: st
     scenario's ``matrix.attacks`` / ``matrix.defenses`` entries (that entry, with its parameters),
     else a registered name (the component with its defaults)."""
     by_label = {_label(section, e): e for e in entries}
+    registry = _registry(section)
+    for r in requested:  # unknown: suggest among the labels too (--attacks ipm-10 -> 'ipm-100')
+        if isinstance(r, str) and r not in by_label and "+" not in r and r not in registry:
+            raise UnknownNameError(section, r, [*by_label, *registry.names()])
     return [by_label.get(r, r) if isinstance(r, str) else r for r in requested]
 
 

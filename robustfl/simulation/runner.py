@@ -131,9 +131,11 @@ class Simulation:
         self.problem = build_problem(scenario, seed)
         C.setup_attack(self.attack, self.attack_label, self.problem.info)
         if self._needs_reference() and self.problem.root_data is None:
+            who = [f"defense {self.defense_label!r}"] if self.defense.needs_reference else []
+            who += [f"attack {self.attack_label!r}"] if self.attack.knowledge & Knowledge.REFERENCE else []
             raise ConfigError(
-                f"defense {self.defense_label!r} or attack {self.attack_label!r} needs the server's root "
-                "data; set server.root_size > 0"
+                f"{' and '.join(who)} {'need' if len(who) > 1 else 'needs'} the server's root data (its "
+                "reference update); set server.root_size > 0"
             )
 
     def _needs_reference(self) -> bool:

@@ -46,6 +46,8 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["run", "quick", "--defense", "fltrus"], "did you mean 'fltrust'"),
         (["run", "quick", "--set", "task.name=ridgee"], "did you mean 'ridge'"),
         (["matrix", "quick", "--attacks", "none,alei"], "did you mean 'alie'"),
+        (["matrix", "defenses", "--attacks", "ipm-10"], "did you mean 'ipm-100', 'ipm'?"),  # labels too
+        (["run", "quick", "--attack", "SIGN_FLIP"], "did you mean 'sign_flip'?"),
         (["validate", "quick", "--set", "federation.clientz=3"], "federation.clientz"),
         (["validate", "quick", "--set", 'federation.clients="ten"'], "federation.clients must be an integer"),
         (["validate", "quick", "--set", "federation.local_lr=-0.1"], "federation.local_lr must be >0"),

@@ -181,6 +181,12 @@ def test_cli_writes_the_rows_and_refuses_bad_input(
     assert main(["kappa", "--rules", "medain", "--quiet"]) == 2
     assert "unknown defense 'medain'" in capsys.readouterr().err
     assert main(["kappa", "--families", "gauss", "--quiet"]) == 2
+    assert main(["kappa", "--rules", "krum+nnm", "--quiet"]) == 2
+    assert "the rule comes last ('nnm+krum'?)" in capsys.readouterr().err
+    assert main(["kappa", "--rules", "nnm+krum+", "--quiet"]) == 2
+    assert "has an empty part" in capsys.readouterr().err
+    assert main(["kappa", "--rules", "median,median", "--quiet"]) == 2
+    assert "--rules lists 'median' twice" in capsys.readouterr().err
 
 
 def test_worst_case_runs_in_a_matrix_cell() -> None:
