@@ -227,9 +227,13 @@ def _resolve(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if section not in SCHEMA:
             import difflib
 
+            if not isinstance(raw[section], Mapping):  # a key outside any section
+                homes = [s for s, keys in SCHEMA.items() if section in keys and section != "name"]
+                where = f"; it belongs under [{homes[0]}]" if homes else ""
+                raise ConfigError(f"scenario key {section!r} is outside any [section]{where}")
             close = difflib.get_close_matches(section, SCHEMA, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown scenario section [{section}]{hint}")
+            raise ConfigError(f"unknown scenario section [{section}]{hint} (sections: {', '.join(SCHEMA)})")
         if not isinstance(raw[section], Mapping):
             raise ConfigError(f"[{section}] must be a table, got {raw[section]!r}")
     out: dict[str, dict[str, Any]] = {}

@@ -41,6 +41,8 @@ def test_override_parsing_and_application() -> None:
         ({"federation": {"clientz": 3}}, "federation.clientz"),
         ({"federaton": {}}, "federaton"),
         ({"federation": {"clients": "ten"}}, "federation.clients must be an integer"),
+        ({"clients": 5}, "scenario key 'clients' is outside any [section]; it belongs under [federation]"),
+        ({"fedration": {"clients": 5}}, "unknown scenario section [fedration]; did you mean 'federation'?"),
         ({"partition": {"alpha": 1.0}}, "partition.alpha = 1.0 applies to partition 'dirichlet' only"),
         ({"partition": {"name": "dirichlet", "q": 0.3}}, "partition.q = 0.3 applies to partition 'bias'"),
         ({"federation": {"clients": 2.5}}, "federation.clients"),
