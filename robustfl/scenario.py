@@ -8,7 +8,6 @@ parameter is an error naming it).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
@@ -16,11 +15,11 @@ import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .scenario_files import find_scenario
 
 # --- the table of defaults (mirrored in README.md) ------------------------------------------
 # key -> (default, type, constraint). Types: "int", "float", "str", "bool", "number|null", "list".
@@ -344,25 +343,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, parsed
 
 
-def scenario_dirs() -> list[Path]:
-    """Where named scenarios are found: the checkout's scenarios/, then the installed copy."""
-    dirs = [Path(__file__).resolve().parent.parent / "scenarios"]
-    with contextlib.suppress(Exception):
-        dirs.append(Path(str(resources.files("robustfl") / "scenarios")))
-    seen: dict[Path, Path] = {}
-    for d in dirs:
-        if d.is_dir():
-            seen.setdefault(d.resolve(), d)
-    return list(seen.values())
-
-
-def scenario_names() -> list[str]:
-    names: set[str] = set()
-    for d in scenario_dirs():
-        names.update(p.stem for p in d.glob("*.toml"))
-    return sorted(names)
-
-
 MAX_SEED = 2**63 - 1  # a store keeps a cell's seed as an SQLite INTEGER
 
 
@@ -371,23 +351,6 @@ def check_seed(what: str, s: Any) -> int:
     if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
         raise ConfigError(f"{what}: a seed must be an integer in [0, 2**63 - 1], got {s!r}")
     return s
-
-
-def find_scenario(name_or_path: str | Path) -> Path:
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
-        if p.is_dir():
-            raise ConfigError(f"scenario {str(p)!r} is a folder: expected a TOML file or a scenario name")
-        if not p.is_file():
-            raise ConfigError(f"scenario file {str(p)!r} does not exist")
-        return p
-    for d in scenario_dirs():
-        cand = d / f"{name_or_path}.toml"
-        if cand.is_file():
-            return cand
-    from .errors import UnknownNameError
-
-    raise UnknownNameError("scenario", str(name_or_path), scenario_names())
 
 
 def load_scenario(

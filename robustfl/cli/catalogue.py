@@ -22,7 +22,7 @@ def _catalogue(part: str) -> list[dict[str, Any]]:
     from .. import attacks, defenses, federation, tasks
     from ..errors import PluginError
     from ..registry import doc_parts
-    from ..scenario import find_scenario, scenario_names
+    from ..scenario_files import find_scenario, scenario_names
 
     if part == "scenarios":
         rows = []
