@@ -309,6 +309,12 @@ def _check_relations(d: dict[str, dict[str, Any]]) -> None:
                 _check_pre(item)
     _check_pre(d["defense"])
     for sk, values in d["matrix"]["sweep"].items():
+        if isinstance(values, dict):  # {federation.clients = [...]}: TOML reads a dotted key as nesting
+            inner = next(iter(values), "key")
+            raise ConfigError(
+                f"matrix.sweep.{sk} is a table: a sweep key is one quoted dotted name, "
+                f'e.g. {{ "{sk}.{inner}" = [...] }}'
+            )
         if not isinstance(values, list) or not values:
             raise ConfigError(f"matrix.sweep.{sk} must be a non-empty list, got {values!r}")
         section, dot, _ = sk.partition(".")

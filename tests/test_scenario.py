@@ -42,6 +42,8 @@ def test_override_parsing_and_application() -> None:
         ({"federaton": {}}, "federaton"),
         ({"federation": {"clients": "ten"}}, "federation.clients must be an integer"),
         ({"clients": 5}, "scenario key 'clients' is outside any [section]; it belongs under [federation]"),
+        ({"matrix": {"sweep": {"federation": {"clients": [10, 20]}}}},
+         'a sweep key is one quoted dotted name, e.g. { "federation.clients" = [...] }'),
         ({"fedration": {"clients": 5}}, "unknown scenario section [fedration]; did you mean 'federation'?"),
         ({"partition": {"alpha": 1.0}}, "partition.alpha = 1.0 applies to partition 'dirichlet' only"),
         ({"partition": {"name": "dirichlet", "q": 0.3}}, "partition.q = 0.3 applies to partition 'bias'"),
