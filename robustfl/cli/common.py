@@ -100,6 +100,9 @@ def writable(option: str, path: str | Path) -> None:
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"cannot write {option} {str(path)!r}: it is a folder (expected a file path)")
+    above = next((a for a in p.parents if a.exists()), None)  # the nearest existing folder above it
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"cannot write {option} {str(path)!r}: {str(above)!r} is a file, not a folder")
     existed = p.exists()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -66,7 +66,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(
     folder = str(tmp_path)
     store = str(made["store"])
     cases = [
-        (["run", "quick", *TINY, "--json", under_a_file], "cannot write --json"),
+        (["run", "quick", *TINY, "--json", under_a_file], "notes.txt' is a file, not a folder"),
         (["run", "quick", *TINY, "--json", folder], "it is a folder"),
         (["matrix", "quick", *ONE, *TINY, "--store", f"{tmp_path}/n.db", "--plot", under_a_file],
          "cannot write --plot"),
