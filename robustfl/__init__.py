@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 from . import attacks, defenses, tasks  # noqa: E402  (registries)
 from .errors import RobustFLError  # noqa: E402
-from .scenario import Scenario, load_scenario  # noqa: E402
+from .scenario import Scenario, check_seed, load_scenario  # noqa: E402
 from .simulation.results import Cell, MatrixResult  # noqa: E402
 from .types import (  # noqa: E402
     Aggregate,
@@ -46,6 +46,7 @@ def run(
     from .sweep.main_guard import leave_if_importing_main
 
     leave_if_importing_main()
+    check_seed("seed", seed)
     sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
     a = C.chosen_spec(sc, "attack", attack)
     d = C.chosen_spec(sc, "defense", defense)

@@ -16,7 +16,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from ..errors import ConfigError, RobustFLError
+from ..errors import RobustFLError
 from .bound import cmd_bound
 from .catalogue import cmd_list, cmd_plugin, cmd_show
 from .common import print_error
@@ -78,11 +78,9 @@ def _check_device(args: argparse.Namespace) -> None:
     before any work (a Ray cluster's workers may have GPUs the driver lacks: not checked there)."""
     if getattr(args, "device", None) != "cuda" or getattr(args, "executor", "local") == "ray":
         return
-    import torch
+    from ..simulation.runner import check_device
 
-    if not torch.cuda.is_available():
-        why = "this torch is built without CUDA" if torch.version.cuda is None else "torch sees no GPU"
-        raise ConfigError(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
+    check_device("cuda", "--device")
 
 
 def entry() -> None:

@@ -133,7 +133,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """The scenario checked and planned as ``matrix`` would (its refusals included), nothing run."""
+    """The scenario checked and planned as ``matrix`` would (its refusals included), and its
+    [attack] / [defense] sections built as ``run`` would; nothing run."""
+    from ..simulation import components as C
     from ..simulation.components import refuse_choice_settings
     from ..sweep.plan import plan
     from . import render
@@ -141,6 +143,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     sc = load(args)
     refuse_choice_settings(sc.settings)
     jobs = plan(sc, allow_outside_guarantee=args.allow_outside_guarantee)
+    for section, build in (("attack", C.build_attack), ("defense", C.build_defense)):
+        # the [attack] / [defense] sections as written (run's default cell); --set section.p is a
+        # matrix's per-entry setting here, checked by the plan above
+        given = C.section_settings(sc.settings, section)
+        build({k: v for k, v in sc.section(section).items() if k == "name" or k not in given})
     if not args.quiet:
         render.print_note(f"{sc.name}: valid ({len(jobs)} cells)")
     return 0

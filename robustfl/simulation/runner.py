@@ -94,6 +94,19 @@ def reference_key(scenario: Scenario, seed: int) -> str:
     return "ref-" + cell_key(scenario, "none", "fedavg", seed)
 
 
+def check_device(device: str, what: str = "device") -> torch.device:
+    """``device`` as a torch.device this process can use: one line (exit 2) naming ``what`` for a
+    name torch does not know or CUDA that torch cannot see."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{what} {device!r}: expected cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "torch sees no GPU"
+        raise ConfigError(f"{what} {device}: {why} (torch {torch.__version__}); use {what} cpu")
+    return dev
+
+
 class Simulation:
     """One cell's setup, validated before round 1; :meth:`run` replays the rounds."""
 
@@ -110,7 +123,7 @@ class Simulation:
         self.scenario, self.seed = scenario, seed
         self.attack_spec, self.defense_spec = attack, defense
         self.attack_label, self.defense_label = C.attack_label(attack), C.defense_label(defense)
-        self.device = torch.device(device)
+        self.device = check_device(device)
         fed = scenario.section("federation")
         self.attack = C.build_attack(attack)
         self.defense = C.build_defense(defense)

@@ -44,7 +44,7 @@ from ..errors import ConfigError, StoreError
 from ..scenario import Scenario
 from ..simulation import components as C
 from ..simulation.results import Cell, MatrixResult
-from ..simulation.runner import cell_config, reference_key
+from ..simulation.runner import cell_config, check_device, reference_key
 from ..types import Knowledge
 from .executor import Executor, Progress
 from .interrupt import Interrupted, SigintGuard, interrupted_message
@@ -139,7 +139,11 @@ def run_matrix(
 
     leave_if_importing_main()
     timeout = check_timeout(cell_timeout)
-    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be an integer >= 1 (or None: one per core), got {workers!r}")
+    if executor == "local":  # a Ray cluster's workers may have the GPUs this process lacks
+        check_device(device)
+    workers = workers if workers is not None else (os.cpu_count() or 1)
     if uses_processes(executor, workers, timeout):
         where = unguarded_main_call()
         if where is not None:  # its workers would run the script again: say so before starting them

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, RobustFLError
-from ..scenario import Scenario
+from ..scenario import Scenario, check_seed
 from ..simulation import components as C
 from ..simulation.runner import Simulation, cell_key
 
@@ -60,7 +60,15 @@ def plan(
     defenses = (
         C.pick_entries(defenses, mx["defenses"], "defense") if defenses is not None else list(mx["defenses"])
     )
-    seeds = list(seeds if seeds is not None else mx["seeds"])
+    if isinstance(seeds, str | bytes) or (seeds is not None and not isinstance(seeds, Sequence)):
+        raise ConfigError(f"seeds must be a list of integers, got {seeds!r}")
+    seeds = [check_seed("seeds", s) for s in (seeds if seeds is not None else mx["seeds"])]
+    for what, items in (("seeds", seeds), ("attacks", attacks), ("defenses", defenses)):
+        if not items:
+            raise ConfigError(f"a matrix needs at least one of its {what}, got none")
+    twice = next((s for i, s in enumerate(seeds) if s in seeds[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"seeds lists {twice} twice: each seed is one cell per attack and defense")
     points = sweep_points(scenario)
     for a in C.apply_settings(attacks, "attack", scenario.settings):  # every name and parameter
         C.build_attack(a)  # first: cheap, and before any data is built

@@ -53,7 +53,8 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (["validate", "quick", "--set", "federation.local_lr=-0.1"], "federation.local_lr must be >0"),
         (["validate", "quick", "--set", "matrix.seeds=[]"], "matrix.seeds must be a non-empty list"),
         (["validate", "quick", "--set", "threat.byzantine=80"], "more than federation.clients"),
-        (["validate", "quick", "--set", "attack.z=1"], None),  # a section param: fine until used
+        (["validate", "quick", "--set", "attack.z=1"], None),  # alie, in the matrix, takes it
+        (["validate", "quick", "--set", "defense.pre=[\"nnmm\"]"], "unknown pre-aggregator 'nnmm'"),
         (["validate", "quick", "--set", "attack.name=alie"], "does not apply to a matrix"),  # as matrix
         (["validate", "quick", "--set", "defense.label=x"], "does not apply to a matrix"),
         (["run", "quick", "--set", "attack.name=alie", "--set", "attack.zz=1"], "has no parameter 'zz'"),
@@ -212,3 +213,23 @@ def test_device_cuda_without_a_gpu_is_refused_before_any_work(
         assert len(err.splitlines()) == 1 and err.startswith("robustfl: error: --device cuda:"), err
         assert "use --device cpu" in err
     assert not store.exists()
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [
+        ('[attack]\nname = "alie2"\n', "unknown attack 'alie2'"),
+        ('[attack]\nname = "alie"\nzz = 1\n', "attack 'alie' has no parameter 'zz'"),
+        ('[defense]\nname = "krum"\nfoo = 1\n', "defense 'krum' has no parameter 'foo'"),
+        ('[defense]\nname = "krum"\npre = ["nnmm"]\n', "unknown pre-aggregator 'nnmm'"),
+    ],
+)
+def test_validate_builds_the_attack_and_defense_sections_as_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, needle: str
+) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(section)
+    assert main(["validate", str(path)]) == 2
+    assert needle in _one_line_error(capsys)
+    assert main(["run", str(path), "--set", "federation.rounds=2", "--quiet"]) == 2  # run agrees
+    assert needle in _one_line_error(capsys)

@@ -1,0 +1,63 @@
+"""The Python API's bad input: robustfl.run and robustfl.run_matrix refuse, before any work, what
+the command line refuses (a ConfigError naming the value): seeds that are not integers in
+[0, 2**63 - 1] or are listed twice (a duplicate seed was stored twice and averaged as two seeds),
+an empty list, a worker count that is not a positive integer, a device this process cannot use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import robustfl
+from robustfl.errors import ConfigError
+
+SMALL = ["federation.rounds=2", "federation.clients=10"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"seeds": ["0"]}, "seeds: a seed must be an integer in [0, 2**63 - 1], got '0'"),
+        ({"seeds": [True]}, "got True"),
+        ({"seeds": [-1]}, "got -1"),
+        ({"seeds": [1.5]}, "got 1.5"),
+        ({"seeds": [2**64]}, f"got {2**64}"),
+        ({"seeds": "12"}, "seeds must be a list of integers, got '12'"),
+        ({"seeds": [0, 1, 0]}, "seeds lists 0 twice"),
+        ({"seeds": []}, "at least one of its seeds"),
+        ({"attacks": []}, "at least one of its attacks"),
+        ({"defenses": []}, "at least one of its defenses"),
+        ({"workers": 0}, "workers must be an integer >= 1"),
+        ({"workers": "2"}, "workers must be an integer >= 1"),
+        ({"device": "gpu"}, "device 'gpu': expected cpu, cuda or cuda:N"),
+    ],
+)
+def test_run_matrix_refuses_before_any_work(tmp_path: Path, kwargs: dict[str, Any], needle: str) -> None:
+    sc = robustfl.load_scenario("quick", SMALL)
+    store = tmp_path / "m.db"
+    args: dict[str, Any] = {"attacks": ["none"], "defenses": ["median"], "seeds": [0], "workers": 1, **kwargs}
+    with pytest.raises(ConfigError) as err:
+        robustfl.run_matrix(sc, store=str(store), **args)
+    assert needle in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", True, 2**63])
+def test_run_refuses_a_seed_out_of_range(seed: Any) -> None:
+    sc = robustfl.load_scenario("quick", SMALL)
+    with pytest.raises(ConfigError, match=r"^seed: a seed must be an integer in \[0, 2\*\*63 - 1\]"):
+        robustfl.run(sc, seed=seed)
+    assert robustfl.run(sc, seed=2**63 - 1).status == "ok"  # the largest seed runs
+
+
+def test_cuda_without_a_gpu_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    sc = robustfl.load_scenario("quick", SMALL)
+    with pytest.raises(ConfigError, match="^device cuda: .*; use device cpu$"):
+        robustfl.run(sc, device="cuda")
+    with pytest.raises(ConfigError, match="^device cuda"):
+        robustfl.run_matrix(sc, attacks=["none"], defenses=["fedavg"], seeds=[0], workers=1, device="cuda")
