@@ -116,6 +116,14 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     from ..theory import kappa as K
     from ..theory.kappa_families import FAMILIES, task_rounds
 
+    if args.scenario:  # the rows are the scenario's rounds: the synthetic families' options do not apply
+        given = [f"--{o}" for o, v, d in (("n", args.n, 20), ("dim", args.dim, 100)) if v != d]
+        given += [f"--{o}" for o in ("families", "misspecified") if getattr(args, o) is not None]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} apply to the synthetic input families, not to a SCENARIO's rounds "
+                "(there n is federation.clients and f is --f or threat.byzantine): drop them or the SCENARIO"
+            )
     rules = [rule_spec(t) for t in (csv_list(args.rules, "rules") or [])] or list(K.DEFAULT_RULES)
     fs = csv_list(args.f, "f", integers=True)
     families = csv_list(args.families, "families") or list(FAMILIES)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ParameterError, PluginError, UnknownNameError
+from ..errors import ConfigError, ParameterError, PluginError, UnknownNameError
 from .catalogue import _parameter_names, doc_parts, parameter_table
 
 _MISSING: Any = object()
@@ -143,6 +143,9 @@ class Registry:
 
     def _entry(self, name: str) -> Entry:
         self._discover()
+        if not isinstance(name, str):
+            article = "an" if self.kind[0] in "aeiou" else "a"
+            raise ConfigError(f"{article} {self.kind} is chosen by its name (a string), got {name!r}")
         try:
             return self._entries[name]
         except KeyError:

@@ -525,3 +525,13 @@ def test_installed_plugins_round_trip(tmp_path: Path) -> None:
     assert "myattack" not in names and names["broken"] == "robustfl-broken 0.1.0 (broken)"
     assert "warning: cannot load attack plugin 'broken'" in listed.stderr
     assert "RuntimeError: broken on purpose" in listed.stderr
+
+
+def test_a_component_is_chosen_by_a_string() -> None:
+    from robustfl import attacks, defenses
+    from robustfl.errors import ConfigError
+
+    for create, name, article in ((defenses.create, None, "a defense"), (attacks.create, 5, "an attack"),
+                                  (defenses.create, {"name": "krum"}, "a defense")):
+        with pytest.raises(ConfigError, match=f"^{article} is chosen by its name \\(a string\\), got "):
+            create(name)

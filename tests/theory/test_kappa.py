@@ -187,6 +187,9 @@ def test_cli_writes_the_rows_and_refuses_bad_input(
     assert "has an empty part" in capsys.readouterr().err
     assert main(["kappa", "--rules", "median,median", "--quiet"]) == 2
     assert "--rules lists 'median' twice" in capsys.readouterr().err
+    for extra in (["--n", "7"], ["--dim", "3"], ["--families", "isotropic"], ["--misspecified", "4:2"]):
+        assert main(["kappa", "quick", *extra, "--quiet"]) == 2  # the families' options, not a scenario's
+        assert f"{extra[0]} apply to the synthetic input families" in capsys.readouterr().err
 
 
 def test_worst_case_runs_in_a_matrix_cell() -> None:
