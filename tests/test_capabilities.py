@@ -314,3 +314,28 @@ def test_a_cost_refusal_is_declared_and_checked_before_a_matrix_runs(tmp_path: P
         assert main(argv) == 2
     assert not Path(store).exists()  # refused before the store was made
     assert main(["validate", "quick", *base, "--set", "federation.clients=20"]) == 0  # C(20, 4): fine
+
+
+@pytest.mark.parametrize(
+    ("returned", "needle"),
+    [
+        (lambda u: None, "returned NoneType; expected an Aggregate whose vector has shape (5,)"),
+        (lambda u: Aggregate(u.mean(0)[:3]), "returned a vector of shape (3,)"),
+        (lambda u: u.mean(0), "returned Tensor"),
+    ],
+)
+def test_a_defense_breaking_its_contract_fails_its_cell_with_one_line(returned: Any, needle: str) -> None:
+    class Broken(DefenseBase):
+        def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
+            return returned(updates)  # type: ignore[no-any-return]
+
+    defenses.register("broken_contract_t", Broken, "test")
+    try:
+        sc = robustfl.load_scenario("quick", ["task.name=ridge", "task.dim=5", "federation.rounds=2",
+                                              "federation.clients=10"])
+        with pytest.raises(robustfl.RobustFLError) as err:
+            simulate(sc, "none", "broken_contract_t", seed=0)
+        assert str(err.value).startswith("defense 'broken_contract_t' returned") and needle in str(err.value)
+        assert len(str(err.value).splitlines()) == 1
+    finally:
+        del defenses.registry._entries["broken_contract_t"]

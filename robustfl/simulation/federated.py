@@ -20,10 +20,11 @@ import torch
 from torch import Tensor
 
 from ..capabilities import AttackBase, DefenseBase
+from ..errors import PluginError
 from ..federation import Algorithm, Sharing
 from ..kernels import row_norms
 from ..tasks.base import Problem
-from ..types import DefenseContext, Knowledge, restrict_layers
+from ..types import Aggregate, DefenseContext, Knowledge, restrict_layers
 from .engine import gather_clients, local_train
 from .metrics import round_metrics
 from .results import Cell, clean_metrics
@@ -69,6 +70,7 @@ class FederatedStages:
         measure: Callable[[Round], bool],
         device: torch.device,
         observe: Callable[[Round], None] | None = None,
+        defense_label: str | None = None,
     ) -> None:
         self.p, self.attacker, self.attack_label, self.defense = problem, attack, attack_label, defense
         self.algorithm, self.sharing, self.fed = algorithm, sharing, fed
@@ -76,6 +78,7 @@ class FederatedStages:
         self.num_samples, self.granted, self.g = num_samples, granted, generators
         self.root, self.root_mask, self.device = root, root_mask, device
         self._measure, self._observe = measure, observe
+        self.defense_label = defense_label or defense.name
         self.k_total = int(is_byz.shape[0])
         self.f_hat_all = assumed(per_round)
         bsz = fed["batch_size"]
@@ -201,6 +204,17 @@ class FederatedStages:
         if self._observe is not None:  # a read-only look at the rows the defense gets (robustfl kappa)
             self._observe(r)
         r.agg = self.defense(r.rows, r.ctx)
+        p = int(r.rows.shape[1])
+        vector = getattr(r.agg, "vector", None)
+        if not isinstance(r.agg, Aggregate) or not isinstance(vector, Tensor) or tuple(vector.shape) != (p,):
+            got = (
+                f"a vector of shape {tuple(vector.shape)}" if isinstance(vector, Tensor)
+                else type(r.agg).__name__ if vector is None else f"a vector of type {type(vector).__name__}"
+            )
+            raise PluginError(
+                f"defense {self.defense_label!r} returned {got}; "
+                f"expected an Aggregate whose vector has shape ({p},)"
+            )
 
     def server_step(self, r: Round) -> None:
         assert r.rows is not None and r.agg is not None and r.ids is not None

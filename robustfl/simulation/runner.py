@@ -233,6 +233,7 @@ class Simulation:
             attack=self.attack,
             attack_label=self.attack_label,
             defense=self.defense,
+            defense_label=self.defense_label,
             algorithm=self.algorithm,
             sharing=self.sharing,
             fed=fed,
