@@ -188,9 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", help="the SQLite results store a matrix wrote")
     p.add_argument(
         "--format",
-        default="table",
+        default=None,
         choices=["table", "csv", "json", "markdown", "html"],
-        help="output format (default: table)",
+        help="output format (default: from --output's suffix, .csv .json .md .html; else table)",
     )
     p.add_argument("--output", metavar="PATH", help="write to PATH instead of standard output")
     p.add_argument(

@@ -9,6 +9,18 @@ from pathlib import Path
 from ..errors import ConfigError
 from .common import check_outputs, write_text
 
+SUFFIXES = {".csv": "csv", ".json": "json", ".md": "markdown", ".markdown": "markdown", ".html": "html",
+            ".htm": "html"}
+
+
+def report_format(given: str | None, output: str | None) -> str:
+    """--format, else the one --output's suffix names, else the table; a format that contradicts
+    the suffix (--format csv --output r.html) is refused."""
+    implied = SUFFIXES.get(Path(output).suffix.lower()) if output else None
+    if given is not None and implied is not None and given != implied:
+        raise ConfigError(f"--format {given} does not match --output {output!r} (a {implied} file name)")
+    return given or implied or "table"
+
 
 def cmd_report(args: argparse.Namespace) -> int:
     """A results store as a table, CSV, JSON, Markdown or one HTML page, beside published tables."""
@@ -19,6 +31,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not Path(args.store).is_file():
         raise ConfigError(f"store {args.store!r} does not exist")
     check_outputs({"--output": args.output}, {"the store": args.store})
+    args.format = report_format(args.format, args.output)
     # Every setting the store holds, kept apart: the cells' sweep points carry the keys that differ.
     view = load_store(args.store)
     cells = view.cells

@@ -99,3 +99,17 @@ def test_the_views_never_write_to_what_they_read(
     _refused(capsys, ["report", str(empty)], "not a robustfl results store (an empty file)")
     _refused(capsys, ["compare", str(store), str(empty)], "an empty file")
     assert empty.stat().st_size == 0
+
+
+def test_report_takes_its_format_from_the_output_suffix(
+    made: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(made["store"])
+    for name, start in (("r.html", "<!DOCTYPE html>"), ("r.csv", "attack,defense,seed"), ("r.json", "{")):
+        assert main(["report", store, "--output", str(tmp_path / name), "--quiet"]) == 0
+        assert (tmp_path / name).read_text().startswith(start)
+    assert main(["report", store, "--output", str(tmp_path / "r.txt"), "--quiet"]) == 0  # the table
+    assert "attack \\ defense" in (tmp_path / "r.txt").read_text()
+    _refused(capsys, ["report", store, "--format", "csv", "--output", str(tmp_path / "x.html")],
+             "--format csv does not match --output")
+    assert not (tmp_path / "x.html").exists()
