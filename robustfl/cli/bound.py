@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import check_outputs, write_json
+from ..outputs import check_outputs
+from .common import write_json
 
 
 def cmd_bound(args: argparse.Namespace) -> int:

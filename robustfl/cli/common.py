@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..outputs import write_text
 
 
 def csv_list(text: str | None, kind: str, integers: bool | None = None) -> list[Any] | None:
@@ -68,61 +67,6 @@ def dumps_by_line(obj: Any) -> str:
         return enc(x)
 
     return block(obj, 0)
-
-
-def check_outputs(
-    outputs: Mapping[str, str | None], inputs: Mapping[str, str | Path | None] | None = None
-) -> None:
-    """Before any work: every output path (option -> path; None: not given) can be written, and
-    none names the same file as another output or as a file the command reads or keeps (``inputs``:
-    the scenario, the store). Otherwise one line, exit 2: nothing computed is lost to a path that
-    cannot take it, and no output overwrites a store or a scenario. Folders are made, as the
-    writers make them; a probe file that did not exist is removed again."""
-    seen: dict[Path, str] = {}
-    for what, path in (inputs or {}).items():
-        if path is not None and str(path) != ":memory:":
-            seen[Path(path).resolve()] = what
-    for option, path in outputs.items():
-        if not path:
-            continue
-        resolved = Path(path).resolve()
-        if resolved in seen:
-            raise ConfigError(
-                f"{option} {path!r} is the same file as {seen[resolved]}: give it a path of its own"
-            )
-        seen[resolved] = option
-        writable(option, path)
-
-
-def writable(option: str, path: str | Path) -> None:
-    """Refuse (one line, exit 2) a path ``option`` names that cannot be written: a folder, a place
-    where no file can be made, no permission. An existing file is opened for appending only."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"cannot write {option} {str(path)!r}: it is a folder (expected a file path)")
-    above = next((a for a in p.parents if a.exists()), None)  # the nearest existing folder above it
-    if above is not None and not above.is_dir():
-        raise ConfigError(f"cannot write {option} {str(path)!r}: {str(above)!r} is a file, not a folder")
-    existed = p.exists()
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"cannot write {option} {str(path)!r}: {exc.strerror or exc}") from None
-    if not existed:
-        p.unlink(missing_ok=True)
-
-
-def write_text(option: str, path: str | Path, text: str) -> None:
-    """``text`` at ``path`` (its folder made); a failure is one line naming the option, exit 2."""
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {option} {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def write_json(path: str, obj: Any, option: str = "--json") -> None:

@@ -21,7 +21,8 @@ from rich.progress import (
 from rich.table import Table
 
 from ..errors import ConfigError
-from .common import check_outputs, csv_list, write_json
+from ..outputs import check_outputs
+from .common import csv_list, write_json
 from .tables import get_console
 
 JSON_KEYS = (

@@ -106,7 +106,7 @@ def print_report(
         out.write(text)
         out.flush()
     else:
-        from .common import write_text
+        from ..outputs import write_text
 
         write_text("--output", output, text)
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import check_outputs, write_text
+from ..outputs import check_outputs, write_text
 
 SUFFIXES = {".csv": "csv", ".json": "json", ".md": "markdown", ".markdown": "markdown", ".html": "html",
             ".htm": "html"}

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RobustFLError
+from ..outputs import check_outputs
 from ..scenario import check_seed
-from .common import check_outputs, csv_list, load, write_json
+from .common import csv_list, load, write_json
 
 
 def cmd_run(args: argparse.Namespace) -> int:

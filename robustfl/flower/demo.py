@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     from ._flwr import require
 
     try:
+        from ..outputs import check_outputs
+        from ..scenario import check_seed
+
+        check_seed("--seed", args.seed)
+        check_outputs({"--json": args.json})  # before the federation runs, not after
         version = require()
         from .federation import ScenarioFederation
 
@@ -120,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
             "byzantine": args.byzantine, "byzantine_clients": federation.byzantine, "clients": args.clients,
             "rounds": rows, "final_accuracy": final, "seed": args.seed, "attack_runs_on": where,
         }
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2))
-        print(f"wrote {path}", flush=True)
+        from ..outputs import write_text
+
+        try:
+            write_text("--json", args.json, json.dumps(out, indent=2))
+        except RobustFLError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.json}", flush=True)
     return 0
 
 

@@ -52,6 +52,16 @@ def test_demo_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
     assert err.startswith("error: unknown defense 'medain'") and "\n" not in err
 
 
+def test_demo_refuses_a_bad_json_path_or_seed_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv, needle in ((["--json", str(tmp_path)], "it is a folder"), (["--seed", "-1"], "a seed must be")):
+        assert main([*argv, "--rounds", "1", "--clients", "5"]) == 2
+        captured = capsys.readouterr()
+        assert "round" not in captured.out  # refused before the federation ran a round
+        assert captured.err.startswith("error: ") and needle in captured.err and captured.err.count("\n") == 1
+
+
 def test_the_example_app_runs_through_flowers_apps(capsys: pytest.CaptureFixture[str]) -> None:
     config = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     sys.path.insert(0, str(EXAMPLE))
