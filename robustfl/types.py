@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 import enum
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+from .errors import InputError
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,13 @@ class DefenseContext:
     coordinates: Tensor | None = None
     generator: Any = None  # torch.Generator
     layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        f = self.assumed_byzantine
+        if isinstance(f, bool) or not isinstance(f, numbers.Integral) or f < 0:
+            raise InputError(
+                f"DefenseContext.assumed_byzantine must be an integer >= 0 (f-hat, a count), got {f!r}"
+            )
 
 
 def layer_ends(sizes: Iterable[int]) -> tuple[int, ...]:

@@ -339,3 +339,31 @@ def test_a_defense_breaking_its_contract_fails_its_cell_with_one_line(returned: 
         assert len(str(err.value).splitlines()) == 1
     finally:
         del defenses.registry._entries["broken_contract_t"]
+
+
+def test_compose_takes_components_or_their_names_and_refuses_the_rest() -> None:
+    rows = torch.randn(12, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ctx = DefenseContext(assumed_byzantine=2)
+    by_name = compose("nnm", {"name": "bucketing", "size": 2}, then="krum")
+    by_object = compose(pre_registry.create("nnm"), pre_registry.create("bucketing", size=2),
+                        then=defenses.create("krum"))
+    assert by_name.label == by_object.label == "nnm+bucketing+krum"
+    assert torch.equal(by_name(rows, ctx).vector, by_object(rows, ctx).vector)
+    for pre, then, needle in (
+        (("nnmm",), "krum", "unknown pre-aggregator 'nnmm'"),
+        ((3,), "krum", "each pre stage must be a pre-aggregator (or its name), got 3"),
+        ((defenses.create("krum"),), "krum", "each pre stage must be a pre-aggregator"),
+        (("nnm",), None, "then= must be a defense (or its name), got None"),
+        (("nnm",), pre_registry.create("nnm"), "then= must be a defense"),
+    ):
+        with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            compose(*pre, then=then)
+
+
+@pytest.mark.parametrize("f", [-1, 2.5, True, "2"])
+def test_a_context_refuses_an_f_hat_that_is_not_a_count(f: Any) -> None:
+    with pytest.raises(InputError, match=r"^DefenseContext.assumed_byzantine must be an integer >= 0"):
+        DefenseContext(assumed_byzantine=f)
+    import numpy as np
+
+    assert DefenseContext(assumed_byzantine=np.int64(3)).assumed_byzantine == 3  # numpy counts are counts

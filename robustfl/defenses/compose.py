@@ -108,10 +108,16 @@ def _storage(t: Tensor) -> int:
     return int(t.untyped_storage().data_ptr())
 
 
-def compose(*pre: Any, then: Defense, label: str | None = None) -> Composed:
-    """``pre`` pre-aggregators (applied left to right), then the rule ``then``."""
-    stages = tuple(as_pre(p) for p in pre)
-    rule = as_defense(then)
+def compose(*pre: Any, then: Defense | str, label: str | None = None) -> Composed:
+    """``pre`` pre-aggregators (applied left to right), then the rule ``then``. Each may be an
+    object, or a registered name (a pre-aggregator's also a ``{"name": ..., **params}`` table)."""
+    for p in pre:
+        if isinstance(p, DefenseBase) or not (isinstance(p, str | Mapping) or callable(p)):
+            raise ConfigError(f"compose: each pre stage must be a pre-aggregator (or its name), got {p!r}")
+    if isinstance(then, PreAggregatorBase) or not (isinstance(then, str) or callable(then)):
+        raise ConfigError(f"compose: then= must be a defense (or its name), got {then!r}")
+    stages = tuple(_pre_from(p) if isinstance(p, str | Mapping) else as_pre(p) for p in pre)
+    rule = create(then) if isinstance(then, str) else as_defense(then)
     return Composed(stages, rule, label or "+".join([*(p.name for p in stages), rule.name]))
 
 
