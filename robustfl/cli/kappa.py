@@ -118,8 +118,7 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     from ..theory.kappa_families import FAMILIES, task_rounds
 
     if args.scenario:  # the rows are the scenario's rounds: the synthetic families' options do not apply
-        given = [f"--{o}" for o, v, d in (("n", args.n, 20), ("dim", args.dim, 100)) if v != d]
-        given += [f"--{o}" for o in ("families", "misspecified") if getattr(args, o) is not None]
+        given = [f"--{o}" for o in ("n", "dim", "families", "misspecified") if getattr(args, o) is not None]
         if given:
             raise ConfigError(
                 f"{', '.join(given)} apply to the synthetic input families, not to a SCENARIO's rounds "
@@ -134,8 +133,10 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     from ..scenario import check_seed
 
     check_seed("--seed", args.seed)
-    if args.dim < 1:
-        raise ConfigError(f"--dim must be an integer >= 1 (coordinates of the rows), got {args.dim}")
+    n = args.n if args.n is not None else K.DEFAULT_N
+    dim = args.dim if args.dim is not None else K.DEFAULT_DIM
+    if dim < 1:
+        raise ConfigError(f"--dim must be an integer >= 1 (coordinates of the rows), got {dim}")
     save_dir = Path(args.save_dir)
     if save_dir.exists() and not save_dir.is_dir():
         raise ConfigError(f"--save-dir {args.save_dir!r} is a file: expected a folder")
@@ -179,8 +180,8 @@ def cmd_kappa(args: argparse.Namespace) -> int:
                     rules, [K.Setting(n, f, f)], task=task_rounds(sc, args.seed, picks, f), **common
                 )
         else:
-            sets = K.settings(args.n, fs or list(K.DEFAULT_F), _pairs(args.misspecified))
-            rows = K.run_kappa(rules, sets, families, dim=args.dim, **common)
+            sets = K.settings(n, fs or list(K.DEFAULT_F), _pairs(args.misspecified))
+            rows = K.run_kappa(rules, sets, families, dim=dim, **common)
     _print(rows, console, args.quiet)
     if args.json:
         write_json(args.json, {"rows": [_clean(r) for r in rows]})

@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rules", metavar="R1,R2", help="rules: names, or compositions as nnm+krum (default: 11 rules)"
     )
-    p.add_argument("--n", type=int, default=20, help="clients per round for the input families (default 20)")
+    p.add_argument("--n", type=int, help="clients per round for the input families (default 20)")
     p.add_argument("--f", metavar="F1,F2", help="Byzantine counts, f-hat = f (default 2,4,6,8)")
     p.add_argument("--misspecified", metavar="F:F_HAT", help="extra settings with f-hat != f, e.g. 4:2")
     p.add_argument("--families", metavar="NAMES",
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, default=1000, help="rule evaluations per search (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the inputs and the search (default 0)")
     p.add_argument(
-        "--dim", type=int, default=100, help="coordinates of the input families' rows (default 100)"
+        "--dim", type=int, help="coordinates of the input families' rows (default 100)"
     )
     p.add_argument("--json", metavar="PATH", help='write {"rows": [...]} as JSON')
     p.add_argument("--save-dir", default="runs/kappa", help="where inputs above a proven bound are saved")
