@@ -242,11 +242,20 @@ class Pool:
         order, the shortest), so the workers do not wait long for this process once they are up.
         Without a timeout each busy worker also holds its next item in its pipe (sent ahead:
         it starts the moment the current one is done, and ``on_start`` is called then, not when it
-        is sent; a worker that dies gives it back). With
+        is sent; a worker that dies gives it back). ``on_start`` calls wait until the results that
+        finished at the same moment have been yielded, so a caller counting the running items
+        never counts a finished one and its successor at once. With
         ``keep`` the idle workers stay for the next imap when every item is done; otherwise (and
         always when stopped early) the pool is closed."""
         queue = deque(items)
         finished = False
+        started: list[Any] = []  # taken up since the caller last heard: told after what finished
+
+        def tell_started() -> None:
+            while started:
+                item = started.pop(0)
+                if on_start is not None:
+                    on_start(item)
 
         def take(last: bool = False) -> tuple[Any, Any]:
             item = queue.pop() if last else queue.popleft()
@@ -266,8 +275,7 @@ class Pool:
                     continue
                 if ahead is None:
                     self._dispatch(item, message(item))
-                    if on_start is not None:
-                        on_start(item)
+                    started.append(item)
                 elif not self._send_ahead(ahead, item, message(item)):
                     queue.appendleft(item)
                     break  # (an item sent ahead starts when its worker takes it up: below)
@@ -277,6 +285,7 @@ class Pool:
             while queue or self._busy:
                 ran_here = False
                 yield from refill()
+                tell_started()
                 if queue and local is not None and self._starting():
                     item, got = take(last=True)  # the shortest left: the workers soon need this process
                     if got is None:
@@ -305,8 +314,7 @@ class Pool:
                             slot.next = []
                         elif slot.next:  # the item sent ahead is running now
                             slot.item, slot.started = slot.next.pop(0), now
-                            if on_start is not None:
-                                on_start(slot.item)
+                            started.append(slot.item)
                         else:
                             del self._busy[slot.conn]
                             with self._lock:
@@ -315,6 +323,7 @@ class Pool:
                 # (stores them): a worker never waits for that
                 done += refill()
                 yield from done
+                tell_started()  # after the finished ones: the running count never counts both
             finished = True
         finally:
             if not (keep and finished):
