@@ -24,7 +24,7 @@ def report_format(given: str | None, output: str | None) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """A results store as a table, CSV, JSON, Markdown or one HTML page, beside published tables."""
-    from ..reporting.published import compare_published, match_tables
+    from ..reporting.published import compare_published, match_tables, scenario_name
     from ..reporting.store_view import load_store
     from . import render
 
@@ -36,7 +36,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     view = load_store(args.store)
     cells = view.cells
     tables = match_tables(view.scenario, view.provenance, args.published)
-    published = [compare_published(cells, t) for t in tables]
+    ran = scenario_name(view.scenario, view.provenance)
+    published = [compare_published(cells, t, ran) for t in tables]
+    for comp in published:
+        if comp.other_scenario and not args.quiet:
+            print(
+                f"robustfl: warning: published table '{comp.table.name}' is for scenario "
+                f"'{comp.table.scenario}'; {args.store} ran '{ran}'",
+                file=sys.stderr,
+            )
     if args.format == "html":  # one self-contained page: heatmap, tables, curves, provenance
         from ..reporting.page import page
 
@@ -75,12 +83,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """What changed, cell by cell, between two stores."""
-    from ..reporting.compare import compare_stores, counts
+    from ..reporting.compare import compare_store_settings, counts, differences_note
     from . import render
 
     for path in (args.store_a, args.store_b):
         if not Path(path).is_file():
             raise ConfigError(f"store {path!r} does not exist")
-    rows, keys = compare_stores(args.store_a, args.store_b)
+    rows, keys, differ = compare_store_settings(args.store_a, args.store_b)
+    if differ:
+        render.print_note(differences_note(differ))
     render.print_compare(rows, counts(rows), args.store_a, args.store_b, keys)
     return 0

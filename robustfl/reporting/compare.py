@@ -110,9 +110,57 @@ def counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return out
 
 
+def setting_differences(
+    configs_a: Iterable[Mapping[str, Any]], configs_b: Iterable[Mapping[str, Any]]
+) -> list[tuple[str, list[Any], list[Any]]]:
+    """``(key, values in A, values in B)`` for every setting key (the scenario's dotted keys,
+    :func:`robustfl.reporting.settings.setting_of`) whose values differ between two sets of cell
+    configurations: two stores of different tasks, federations or threat models. Their cells are
+    still matched by identity, so every cell reads "changed"; this says why. A key absent from
+    one side shows no value there. Values are listed once each, in first-seen order."""
+    from .settings import setting_of
+
+    def values(configs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for cfg in configs:
+            for k, v in setting_of(cfg).items():
+                out.setdefault(k, {}).setdefault(json.dumps(v, sort_keys=True, default=str), v)
+        return out
+
+    va, vb = values(configs_a), values(configs_b)
+    keys = [*va, *(k for k in vb if k not in va)]
+    return [
+        (k, list(va.get(k, {}).values()), list(vb.get(k, {}).values()))
+        for k in keys
+        if set(va.get(k, {})) != set(vb.get(k, {}))
+    ]
+
+
+def differences_note(differ: Iterable[tuple[str, list[Any], list[Any]]]) -> str:
+    """One line naming the :func:`setting_differences` (empty when there are none)."""
+    from .summaries import plain
+
+    def side(vals: list[Any]) -> str:
+        return ", ".join(plain(v) for v in vals) if vals else "(not set)"
+
+    parts = [f"{k} = {side(a)} in A, {side(b)} in B" for k, a, b in differ]
+    if not parts:
+        return ""
+    return "the stores were run with different settings (" + "; ".join(parts) + "): cells are matched " \
+        "by attack, defense and seed, so their differences include these"
+
+
 def compare_stores(path_a: str | Path, path_b: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     """``(rows, keys)``: :func:`compare` of two stores' cells, each cell's sweep point extended
     by ``keys``, the setting keys that differ within either store (see the module docstring)."""
+    rows, keys, _ = compare_store_settings(path_a, path_b)
+    return rows, keys
+
+
+def compare_store_settings(
+    path_a: str | Path, path_b: str | Path
+) -> tuple[list[dict[str, Any]], list[str], list[tuple[str, list[Any], list[Any]]]]:
+    """:func:`compare_stores`, and the :func:`setting_differences` between the two stores."""
     from .settings import annotate
     from .store_view import load_store
 
@@ -120,4 +168,5 @@ def compare_stores(path_a: str | Path, path_b: str | Path) -> tuple[list[dict[st
     keys = list(dict.fromkeys([*a.keys, *b.keys]))
     cells_a, _ = annotate(a.pairs, keys)
     cells_b, _ = annotate(b.pairs, keys)
-    return compare(cells_a, cells_b), keys
+    differ = setting_differences((cfg for _, cfg in a.pairs), (cfg for _, cfg in b.pairs))
+    return compare(cells_a, cells_b), keys, differ

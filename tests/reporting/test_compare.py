@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from robustfl.cli import main
-from robustfl.reporting.compare import compare, counts
+from robustfl.reporting.compare import compare, counts, differences_note, setting_differences
 from robustfl.simulation.results import Cell
 
 from .. import factories
@@ -152,3 +152,39 @@ def test_cli_compare_bad_store(tmp_path: Path, bad: str, capsys: pytest.CaptureF
     assert main(["compare", good, str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and str(path.name) in err
+
+
+def _config(task: str, rounds: int, byz: float = 0.2) -> dict[str, object]:
+    scenario = {"task": {"name": task}, "federation": {"rounds": rounds}, "threat": {"byzantine": byz},
+                "matrix": {"seeds": [0]}}
+    return {"scenario": scenario, "attack": "none", "defense": "fedavg"}
+
+
+def test_setting_differences_name_each_key_whose_values_differ() -> None:
+    a = [_config("ridge", 10), _config("ridge", 10, 0.4)]
+    b = [_config("mnist", 10), _config("mnist", 10, 0.2)]
+    assert setting_differences(a, a) == []
+    want = [("task.name", ["ridge"], ["mnist"]), ("threat.byzantine", [0.2, 0.4], [0.2])]
+    assert setting_differences(a, b) == want
+    # a key set on one side only; the matrix section (which cells ran) is not a setting
+    c = [{"scenario": {**_config("ridge", 10)["scenario"], "sharing": {"name": "psfed"}}}]  # type: ignore[dict-item]
+    assert setting_differences(a[:1], c) == [("sharing.name", [], ["psfed"])]
+    note = differences_note(setting_differences(a, b))
+    assert "task.name = ridge in A, mnist in B" in note
+    assert "threat.byzantine = 0.2, 0.4 in A, 0.2 in B" in note
+    assert differences_note([]) == ""
+
+
+def test_cli_compare_says_when_the_stores_ran_different_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    cells = [cell("none", "fedavg", 0, 0.125)]
+    a = factories.write_store(tmp_path / "a.db", cells, config=lambda i: _config("ridge", 10))
+    b = factories.write_store(tmp_path / "b.db", cells, config=lambda i: _config("mnist", 20))
+    assert main(["compare", str(a), str(b)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    want = "different settings (task.name = ridge in A, mnist in B; federation.rounds = 10 in A, 20 in B)"
+    assert want in out
+    assert main(["compare", str(a), str(a)]) == 0
+    assert "different settings" not in capsys.readouterr().out

@@ -3,6 +3,7 @@ validation, the comparison with a store, and the report views that show it."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import math
@@ -384,3 +385,24 @@ def test_render_without_published_is_unchanged() -> None:
 def test_unknown_published_name_is_exit_2(matching: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(matching), "--published", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_a_table_named_for_a_store_of_another_scenario_is_shown_with_a_warning(
+    matching: Path, other: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    warning = "this table is for scenario 'fltrust-mnist', and the store ran scenario 'quick'"
+    for fmt in ("markdown", "html", "table"):
+        text = " ".join(html.unescape(_report(other, fmt, tmp_path, "--published", "fang2020-mnist")).split())
+        assert "Table 2(b)" in text and warning in text, fmt
+        err = capsys.readouterr().err
+        assert "warning: published table 'fang2020-mnist' is for scenario 'fltrust-mnist'" in err
+        assert f"{other} ran 'quick'" in err
+    doc = json.loads(_report(other, "json", tmp_path, "--published", "fang2020-mnist"))
+    assert [(c["scenario"], c["store_scenario"]) for c in doc["published"]] == [("fltrust-mnist", "quick")]
+    assert "warning" in capsys.readouterr().err
+    # the store of the table's own scenario: no warning, named or auto
+    for extra in ((), ("--published", "fang2020-mnist")):
+        assert warning.split(",")[0] not in _report(matching, "markdown", tmp_path, *extra)
+        assert "warning" not in capsys.readouterr().err
+    doc = json.loads(_report(matching, "json", tmp_path))
+    assert {c["store_scenario"] for c in doc["published"]} == {"fltrust-mnist"}

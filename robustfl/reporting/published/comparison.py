@@ -206,6 +206,13 @@ class Section:
 class Comparison:
     table: PublishedTable
     sections: tuple[Section, ...]
+    store_scenario: str | None = None  # the scenario the store ran, when known
+
+    @property
+    def other_scenario(self) -> bool:
+        """The store ran a scenario other than the table's (a table chosen by name): its
+        settings may not be the paper's, and the views say so."""
+        return self.store_scenario is not None and self.store_scenario != self.table.scenario
 
     @property
     def compared(self) -> int:
@@ -232,6 +239,7 @@ class Comparison:
             "metric": t.metric,
             "backdoor_metric": t.backdoor_metric,
             "scenario": t.scenario,
+            "store_scenario": self.store_scenario,
             "tolerance": t.tolerance,
             "asr_tolerance": t.asr_tol(),
             "verified": t.verified,
@@ -328,11 +336,15 @@ def _compare_point(cells: Sequence[Cell], table: PublishedTable, point: str) -> 
     return Section(point, tuple(out), tuple(ranks))
 
 
-def compare_published(cells: Iterable[Cell], table: PublishedTable) -> Comparison:
-    """The table beside the cells, per sweep point (see the module doc)."""
+def compare_published(
+    cells: Iterable[Cell], table: PublishedTable, store_scenario: str | None = None
+) -> Comparison:
+    """The table beside the cells, per sweep point (see the module doc); ``store_scenario``: the
+    scenario name the store ran (:func:`scenario_name`), when known."""
     by_point: dict[str, list[Cell]] = {}
     for c in cells:
         by_point.setdefault(sweep_label(c.sweep), []).append(c)
     if not by_point:
         by_point[""] = []
-    return Comparison(table, tuple(_compare_point(cs, table, p) for p, cs in by_point.items()))
+    sections = tuple(_compare_point(cs, table, p) for p, cs in by_point.items())
+    return Comparison(table, sections, store_scenario)

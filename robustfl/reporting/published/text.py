@@ -83,6 +83,11 @@ def header_lines(comp: Comparison) -> list[str]:
             "Rows from other tables: " + ", ".join(f"{r} (Table {n})" for r, n in t.row_tables.items())
         )
     lines.append(f"Setting: {t.setting}")
+    if comp.other_scenario:
+        lines.append(
+            f"Warning: this table is for scenario '{t.scenario}', and the store ran scenario "
+            f"'{comp.store_scenario}': its setting may not be the paper's."
+        )
     lines.append(
         f"Metric: test error rate = 1 − final accuracy; attack success rate (ASR) for backdoor cells. "
         f"Measured: mean over seeds ± half-width of the 95 % Student-t interval (n seeds). "
