@@ -13,7 +13,9 @@
 * a data-poisoning attack (``poisons_data``) returns new tensors of the input shapes from
   ``poison`` without mutating its inputs, deterministically per generator.
 
-Each failure is an ``AssertionError`` naming the attack and the broken rule. The oracle given to
+Each failure is an ``AssertionError`` naming the attack and the broken rule; arguments the
+checks cannot run on (``f`` outside [1, k - 1], a non-floating dtype) are a one-line
+:class:`~robustfl.errors.ConfigError` or :class:`~robustfl.errors.InputError` instead. The oracle given to
 the attack is the plain mean of [candidate rows; honest rows].
 """
 
@@ -25,7 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import params
+from ..errors import InputError
 from ..types import Aggregate, AttackContext, Knowledge, TaskInfo
+from .defenses import same
 
 __all__ = ["check_attack", "make_context"]
 
@@ -76,7 +81,7 @@ def _call(attack: Any, ctx: AttackContext, label: str, what: str) -> Tensor:
     except Exception as exc:
         raise AssertionError(f"{label}: raised {type(exc).__name__} with {what}: {exc}") from exc
     for n, t in _tensors(ctx).items():
-        assert torch.equal(t, before[n]), f"{label}: mutated ctx.{n} ({what})"
+        assert same(t, before[n]), f"{label}: mutated ctx.{n} ({what})"
     own = ctx.own
     assert isinstance(out, Tensor), f"{label}: returned {type(out).__name__}, expected a Tensor ({what})"
     assert tuple(out.shape) == tuple(own.shape), (
@@ -98,10 +103,16 @@ def check_attack(
 ) -> None:
     """Assert that ``attack`` honours the attack contract; ``knowledge`` = the grant to test under
     (default: what the attack declares)."""
+    params.number("check_attack", "k", k, low=2, integer=True)
+    params.number("check_attack", "f", f, low=1, high=k - 1, integer=True)  # one honest row at least
+    params.number("check_attack", "p", p, low=1, integer=True)
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise InputError(f"check_attack: dtype must be a floating torch.dtype, got {dtype!r}")
+    if knowledge is not None and not isinstance(knowledge, Knowledge):
+        raise InputError(f"check_attack: knowledge must be a Knowledge or None, got {knowledge!r}")
     label = f"attack {type(attack).__name__}"
     declared = getattr(attack, "knowledge", None)
     assert isinstance(declared, Knowledge), f"{label}: knowledge must be a Knowledge, got {declared!r}"
-    assert 1 <= f < k, f"check_attack: need 1 <= f < k, got f={f}, k={k}"
     grant = (declared if knowledge is None else knowledge) | Knowledge.OWN
     full = Knowledge.OWN | Knowledge.HONEST | Knowledge.REFERENCE | Knowledge.ORACLE
     missing = declared & ~grant
@@ -111,7 +122,7 @@ def check_attack(
         ctx = make_context(f=f, k=k, p=p, dtype=dtype, grant=g)
         first = _call(attack, ctx, label, what)
         again = _call(attack, replace(ctx, generator=torch.Generator().manual_seed(0)), label, what)
-        assert torch.equal(first, again), f"{label}: two calls with equal-seeded generators differ ({what})"
+        assert same(first, again), f"{label}: two calls with equal-seeded generators differ ({what})"
 
     if getattr(attack, "poisons_data", False):
         _check_poison(attack, label, dtype)

@@ -3,12 +3,15 @@
 ``check_defense(defense, k=..., p=..., seed=...)`` runs, on one seeded (K, P) input, the universal
 checks every rule must pass, plus a check for each property the rule declares in its
 ``properties`` attribute (a set of names from :data:`PROPERTIES`). It raises AssertionError with
-a message naming the failed check, and returns the names of the checks it ran.
+a message naming the failed check, and returns the names of the checks it ran. Arguments it
+cannot run on (``k = 0``, ``scale = nan``, 1-D ``updates``) are a one-line
+:class:`~robustfl.errors.ConfigError` or :class:`~robustfl.errors.InputError` instead.
 
 Universal checks: the output is a (P,) tensor in the input's dtype and device; the inputs (rows
-and context tensors) are not modified; two runs with equal generators (after ``reset()``) agree
-bit for bit; ``weights``, when not None, are (K,), finite, >= 0 and sum to 1 or are all 0;
-``stats`` maps strings to real numbers; ``reset()`` undoes the state a run leaves behind.
+and context tensors) are not modified (a NaN left as NaN is unmodified); two runs with equal
+generators (after ``reset()``) agree bit for bit (NaN where the other has NaN); ``weights``,
+when not None, are (K,), finite, >= 0 and sum to 1 or are all 0; ``stats`` maps strings to real
+numbers; ``reset()`` undoes the state a run leaves behind.
 
 Declared properties are promised inside the rule's regime: they are checked only when the rule
 admits (K, f) (``admits(K, f)``, else ``K >= min_clients(f)``, else always), from a fresh state
@@ -39,6 +42,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import params
+from ..errors import InputError
 from ..types import Aggregate, DefenseContext
 
 PROPERTIES = frozenset(
@@ -95,6 +100,36 @@ def _fresh(ctx: DefenseContext, seed: int, **changes: Any) -> DefenseContext:
     return dataclasses.replace(ctx, generator=torch.Generator().manual_seed(seed), **changes)
 
 
+def same(x: Tensor, y: Tensor) -> bool:
+    """Equal in shape and value, NaN equal to NaN at the same places (a NaN row left as it was
+    is not a modification, and a NaN output twice is deterministic)."""
+    if torch.equal(x, y):
+        return True
+    return x.shape == y.shape and bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all())
+
+
+def _check_args(k: int, p: int, seed: int, f: int | None, scale: float, dtype: Any, updates: Any,
+                rtol: float | None) -> None:
+    """One-line errors for arguments the checks cannot run on (not assertion failures: those
+    mean the rule broke the contract)."""
+    who = "check_defense"
+    if updates is None:
+        params.number(who, "k", k, low=1, integer=True)
+        params.number(who, "p", p, low=1, integer=True)
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise InputError(f"{who}: dtype must be a floating torch.dtype, got {dtype!r}")
+    elif not (isinstance(updates, Tensor) and updates.ndim == 2 and updates.is_floating_point()
+              and updates.shape[0] >= 1):
+        what = f"{type(updates).__name__} of shape {tuple(getattr(updates, 'shape', ()))}"
+        raise InputError(f"{who}: updates must be a floating (K, P) tensor with K >= 1, got a {what}")
+    params.number(who, "seed", seed, low=0, high=2**63 - 1, integer=True)
+    if f is not None:
+        params.number(who, "f", f, low=0, integer=True)
+    params.number(who, "scale", scale, low=0, strict_low=True)
+    if rtol is not None:
+        params.number(who, "rtol", rtol, low=0, strict_low=True)
+
+
 def _close(x: Tensor, y: Tensor, tol: float, what: str) -> None:
     diff = float((x.to(torch.float64) - y.to(torch.float64)).abs().max()) if x.numel() else 0.0
     assert diff <= tol, f"{what}: max difference {diff:.3e} exceeds {tol:.3e}"
@@ -139,6 +174,7 @@ def check_defense(
     ``f`` defaults to max(0, (K - 3) // 4) (inside Bulyan's 4f + 3). ``updates`` overrides the
     seeded Gaussian rows (K, P are then taken from it).
     """
+    _check_args(k, p, seed, f, scale, dtype, updates, rtol)
     u = updates if updates is not None else gaussian_rows(k, p, seed=seed, scale=scale, dtype=dtype)
     u = u.to(device)
     k, p = u.shape
@@ -157,9 +193,9 @@ def check_defense(
     ran = ["shape_dtype_device", "no_mutation", "deterministic", "weights", "stats", "reset"]
     before, ctx_before = u.clone(), _clones(ctx)
     a = run(u, ctx)
-    assert torch.equal(u, before), "the rule modified its input rows"
+    assert same(u, before), "the rule modified its input rows"
     for name, v in _clones(ctx).items():
-        assert torch.equal(v, ctx_before[name]), f"the rule modified ctx.{name}"
+        assert same(v, ctx_before[name]), f"the rule modified ctx.{name}"
     v = a.vector
     assert isinstance(v, Tensor) and tuple(v.shape) == (p,), f"vector shape {tuple(v.shape)} != {(p,)}"
     assert v.dtype == u.dtype, f"vector dtype {v.dtype} != input dtype {u.dtype}"
@@ -176,12 +212,12 @@ def check_defense(
             f"stat {key!r} = {val!r} is not a number"
         )
     b = run(u, ctx)
-    assert torch.equal(a.vector, b.vector), "two runs with equal generators differ"
+    assert same(a.vector, b.vector), "two runs with equal generators differ"
     assert (a.weights is None) == (b.weights is None), "weights present in one run only"
     if a.weights is not None and b.weights is not None:
-        assert torch.equal(a.weights, b.weights), "two runs with equal generators give different weights"
+        assert same(a.weights, b.weights), "two runs with equal generators give different weights"
     defense(u, _fresh(ctx, seed + 1))  # leave state behind, then reset
-    assert torch.equal(run(u, ctx).vector, a.vector), "reset() does not restore the initial behaviour"
+    assert same(run(u, ctx).vector, a.vector), "reset() does not restore the initial behaviour"
 
     if not _admitted(defense, k, f):
         return ran
