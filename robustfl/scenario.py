@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -364,6 +365,12 @@ def load_scenario(
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
 ) -> Scenario:
     """Load a scenario by name (under scenarios/), by path, or from a dict; apply overrides."""
+    if not isinstance(name_or_path, str | os.PathLike | Mapping):
+        raise ConfigError(f"a scenario is a name, a path or a dict, got {name_or_path!r}")
+    if overrides is not None and (isinstance(overrides, str) or not isinstance(overrides, Sequence | Mapping)
+                                  or not all(isinstance(o, str) for o in overrides)):
+        raise ConfigError(f"overrides must be a list of 'section.key=value' strings or a dict keyed by "
+                          f"'section.key', got {overrides!r}")
     if isinstance(name_or_path, Mapping):
         raw: dict[str, Any] = copy.deepcopy(dict(name_or_path))
         path, name = None, "scenario"

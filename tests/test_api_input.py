@@ -61,3 +61,28 @@ def test_cuda_without_a_gpu_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None
         robustfl.run(sc, device="cuda")
     with pytest.raises(ConfigError, match="^device cuda"):
         robustfl.run_matrix(sc, attacks=["none"], defenses=["fedavg"], seeds=[0], workers=1, device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((None,), "a scenario is a name, a path or a dict, got None"),
+        ((5,), "a scenario is a name, a path or a dict, got 5"),
+        (("quick", [None]), "overrides must be a list of 'section.key=value' strings or a dict keyed by"),
+        (("quick", 5), "got 5"),
+        (("quick", {"federation.clients": 3, 5: 1}), "got {'federation.clients': 3, 5: 1}"),
+        (("quick", "federation.clients=3"), "got 'federation.clients=3'"),  # one string: not 22 overrides
+    ],
+)
+def test_load_scenario_refuses_what_is_not_a_scenario(args: tuple[Any, ...], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        robustfl.load_scenario(*args)
+    assert needle in str(info.value)
+
+
+def test_load_scenario_takes_a_path_object_and_both_override_forms() -> None:
+    by_path = robustfl.load_scenario(Path(robustfl.load_scenario("quick").path or ""))
+    assert by_path.data == robustfl.load_scenario("quick").data
+    as_list = robustfl.load_scenario("quick", ("federation.clients=7",))
+    as_dict = robustfl.load_scenario("quick", {"federation.clients": 7})
+    assert as_list.data == as_dict.data and as_list.data["federation"]["clients"] == 7
