@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 __version__ = "0.1.0"
@@ -28,7 +30,7 @@ from .types import (  # noqa: E402
 
 
 def run(
-    scenario: Scenario | str,
+    scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any],
     attack: Any = None,
     defense: Any = None,
     seed: int = 0,
@@ -37,6 +39,7 @@ def run(
     device: str = "cpu",
 ) -> Cell:
     """Run one cell; ``attack``/``defense`` default to the scenario's [attack]/[defense] sections.
+    ``scenario``: a :class:`Scenario`, or what :func:`load_scenario` takes (a name, a path, a dict).
 
     A name is the scenario's section when it names that component, else a ``matrix.attacks`` /
     ``matrix.defenses`` entry with that label, else the registered component; the scenario's
@@ -47,13 +50,15 @@ def run(
 
     leave_if_importing_main()
     check_seed("seed", seed)
-    sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     a = C.chosen_spec(sc, "attack", attack)
     d = C.chosen_spec(sc, "defense", defense)
     return simulate(sc, a, d, seed, allow_outside_guarantee=allow_outside_guarantee, device=device).cell
 
 
-def run_matrix(scenario: Scenario | str, **kwargs: Any) -> MatrixResult:
+def run_matrix(
+    scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any], **kwargs: Any
+) -> MatrixResult:
     """Run (or resume, with ``store=``) the scenario's matrix; see robustfl.sweep.driver.run_matrix.
 
     Worker processes import the calling script again: call this under
@@ -66,7 +71,7 @@ def run_matrix(scenario: Scenario | str, **kwargs: Any) -> MatrixResult:
     from .sweep.jobs import failure_summary
     from .sweep.main_guard import MainGuardError
 
-    sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     try:
         result = _run_matrix(sc, **kwargs)
     except MainGuardError as exc:  # one short traceback ending in the message, pointing at the call

@@ -86,3 +86,27 @@ def test_load_scenario_takes_a_path_object_and_both_override_forms() -> None:
     as_list = robustfl.load_scenario("quick", ("federation.clients=7",))
     as_dict = robustfl.load_scenario("quick", {"federation.clients": 7})
     assert as_list.data == as_dict.data and as_list.data["federation"]["clients"] == 7
+
+
+@pytest.mark.parametrize("what", ["object", "number", "table without a name"])
+def test_run_refuses_a_component_that_is_not_a_name_or_table(what: str) -> None:
+    from robustfl.defenses import create
+
+    given = {"object": create("median"), "number": 5, "table without a name": {"label": "x"}}[what]
+    with pytest.raises(ConfigError, match=r"defense must be a name or a table like .*register it"):
+        robustfl.run("quick", "none", given)
+
+
+@pytest.mark.parametrize("given", [None, 5])
+def test_run_and_run_matrix_refuse_what_is_not_a_scenario(given: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="a scenario is a name, a path or a dict"):
+        robustfl.run(given)
+    with pytest.raises(ConfigError, match="a scenario is a name, a path or a dict"):
+        robustfl.run_matrix(given, store=str(tmp_path / "m.db"))
+
+
+def test_run_takes_a_scenario_as_a_dict() -> None:
+    data = robustfl.load_scenario("quick", SMALL).data
+    by_dict = robustfl.run(data, "sign_flip", "median")
+    by_object = robustfl.run(robustfl.load_scenario("quick", SMALL), "sign_flip", "median")
+    assert by_dict.final == by_object.final and by_dict.status == "ok"

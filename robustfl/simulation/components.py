@@ -144,15 +144,21 @@ def chosen_spec(sc: Any, section: str, chosen: Spec | None) -> Spec:
     values). With a name: the section when it names that component (with the section's
     parameters), else the ``matrix.attacks`` / ``matrix.defenses`` entry with that label, else
     the registered component; the ``--set section.p`` overrides apply to it in every case, and
-    one it does not take is refused naming the key. A table or object is used as given."""
+    one it does not take is refused naming the key. A table is used as given; anything else (an
+    object, a number) is refused: a cell is named and hashed by its specification."""
     sec = dict(sc.section(section))
     params = section_settings(getattr(sc, "settings", {}), section)
     if chosen is None:
         spec = _simplest(sec)
         _refuse_unknown(section, spec, params)
         return spec
-    if not isinstance(chosen, str):
+    if isinstance(chosen, Mapping) and isinstance(chosen.get("name"), str):
         return chosen
+    if not isinstance(chosen, str):
+        raise ConfigError(
+            f"{section} must be a name or a table like {{'name': ..., 'label': ...}}, got {chosen!r}: to "
+            f"run your own class, register it (robustfl.{section}s.register(name, cls) or a plugin file)"
+        )
     if "name" in params and params["name"] != chosen:
         raise ConfigError(
             f"--set {section}.name={params['name']!r} conflicts with --{section} {chosen}; give one of them"
