@@ -22,6 +22,14 @@ from torch import Tensor
 from .errors import InputError
 
 
+def _described(value: Any) -> str:
+    """A value as an input error names it: a tensor by its shape and dtype, a number by its type
+    and value, anything else by its type."""
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}"
+    return f"{type(value).__name__} {value!r}" if isinstance(value, numbers.Number) else type(value).__name__
+
+
 @dataclass(frozen=True)
 class Aggregate:
     """A defense's output.
@@ -54,6 +62,10 @@ class DefenseContext:
     the shared coordinates of each layer, in the rows' order (:func:`restrict_layers`), layers
     with no shared coordinate left out. None = unknown (synthetic rows, a context built by hand,
     a plugin task that does not say); layer-wise rules then say what they do instead.
+
+    Checked here (shapes and types only): ``assumed_byzantine``, and ``client_ids`` and
+    ``num_samples`` being 1-D tensors when given; their length K is checked by the rules that
+    read them, which know K.
     """
 
     round: int = 0
@@ -72,6 +84,11 @@ class DefenseContext:
             raise InputError(
                 f"DefenseContext.assumed_byzantine must be an integer >= 0 (f-hat, a count), got {f!r}"
             )
+        for name in ("client_ids", "num_samples"):  # one entry per row: K is the rules' to check
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, Tensor) or value.ndim != 1):
+                raise InputError(f"DefenseContext.{name} must be a 1-D tensor (one entry per row), got "
+                                 f"{_described(value)}")
 
 
 def layer_ends(sizes: Iterable[int]) -> tuple[int, ...]:
@@ -154,6 +171,24 @@ class AttackContext:
     honest: Tensor | None = None
     reference: Tensor | None = None
     oracle: Callable[[Tensor], Aggregate] | None = None
+
+    def __post_init__(self) -> None:
+        """Shapes only (no pass over the entries): ``own`` a floating (f, P) tensor, ``honest`` an
+        (H, P) tensor and ``reference`` a (P,) tensor, P the width of ``own``. ``global_model`` is
+        left to the attacks that read it (they name themselves in the error)."""
+        own = self.own
+        if not isinstance(own, Tensor) or own.ndim != 2 or not own.is_floating_point():
+            raise InputError(f"AttackContext.own must be a floating (f, P) tensor, got {_described(own)}")
+        p = own.shape[1]
+        for name, rows in (("honest", True), ("reference", False)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            ok = isinstance(value, Tensor) and value.ndim == 1 + rows and value.shape[-1] == p
+            if not ok:
+                want = f"an (H, {p}) tensor" if rows else f"a ({p},) tensor"
+                raise InputError(f"AttackContext.{name} must be {want} (P = {p}, the width of own), got "
+                                 f"{_described(value)}")
 
 
 @runtime_checkable

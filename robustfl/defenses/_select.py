@@ -1,4 +1,5 @@
-"""Private helpers shared by the rules: the :class:`Rule` base, Krum scoring and selection.
+"""Private helpers shared by the rules: the :class:`Rule` base, Krum scoring and selection, the
+round's client ids checked against K (:func:`round_ids`).
 
 Distances come from ONE Gram matrix (``robustfl.kernels.sq_distances``) in the input dtype. A Gram distance
 ``|u_i|^2 + |u_j|^2 - 2<u_i, u_j>`` carries an absolute rounding error of about
@@ -24,6 +25,7 @@ from torch import Tensor
 
 from .._order_stats import MAX_K, order_stat_mean
 from ..capabilities import DefenseBase
+from ..errors import InputError
 from ..kernels import krum_neighbours, row_norms, smallest_sums, sq_distances
 from ..types import DefenseContext
 
@@ -205,6 +207,20 @@ class Rule(DefenseBase):
 def f_hat(ctx: DefenseContext) -> int:
     """The assumed number of Byzantine rows this round (never negative)."""
     return max(0, int(ctx.assumed_byzantine))
+
+
+def round_ids(ctx: DefenseContext, k: int, rule: str) -> list[int]:
+    """The clients of this round's K rows: ``ctx.client_ids`` as a list (the row indices when it
+    is None), else a one-line InputError naming the rule when they are not K distinct ids (the
+    context itself checks that they are a 1-D tensor)."""
+    if ctx.client_ids is None:
+        return list(range(k))
+    ids = ctx.client_ids.tolist()
+    if len(ids) != k:
+        raise InputError(f"{rule}: ctx.client_ids must hold one id per row (K = {k}), got {len(ids)} ids")
+    if len(set(ids)) != k:
+        raise InputError(f"{rule}: ctx.client_ids must be distinct within a round")
+    return ids
 
 
 def by_columns(fn: Callable[[np.ndarray], np.ndarray], a: np.ndarray) -> np.ndarray:

@@ -41,7 +41,8 @@ State kept (float64, P = the model size): the previous global model and aggregat
 ``window`` pairs (2 window P), the previous round's rows keyed by ``ctx.client_ids`` (K P), each
 client's normalised distances of the last ``window`` calls, the flagged ids. ``reset()`` clears it
 all (the property suite checks it). Partial sharing (``ctx.coordinates``) is refused. Needs
-``ctx.global_model``. Guarantee: none of its own in terms of f; the final rule's (``min_clients``
+``ctx.global_model``; ``ctx.client_ids``, when given, must hold K distinct ids (an InputError
+otherwise). Guarantee: none of its own in terms of f; the final rule's (``min_clients``
 is the rule's). Stats: ``num_flagged`` (all so far), ``num_excluded`` (rows removed this round),
 ``attack_detected``, ``num_scored``.
 """
@@ -63,7 +64,7 @@ from ..capabilities import DefenseBase
 from ..errors import InputError
 from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, generator_for
+from ._select import Rule, generator_for, round_ids
 
 NREFS = 10
 MAX_K = 7
@@ -218,9 +219,7 @@ class FLDetector(Rule):
             raise InputError(f"{self.name}: partial sharing (ctx.coordinates) is not supported")
         if ctx.global_model is None or tuple(ctx.global_model.shape) != (p,):
             raise InputError(f"{self.name}: needs ctx.global_model of shape ({p},)")
-        ids = ctx.client_ids.tolist() if ctx.client_ids is not None else list(range(k))
-        if len(set(ids)) != len(ids):
-            raise InputError(f"{self.name}: ctx.client_ids must be distinct within a round")
+        ids = round_ids(ctx, k, self.name)
         w = ctx.global_model.detach().to(dtype=torch.float64, device="cpu").clone()
         if self._w is not None and self._w.shape != w.shape:
             self.reset()

@@ -19,9 +19,10 @@ Per round, for the K clients present (rows keyed by ``ctx.client_ids``; row inde
 Uniform feature importance (the paper's optional output-layer weighting is not used).
 
 Rows with non-finite entries get weight 0, do not enter their history and take no part in this
-round's comparison. Under partial sharing
-(``ctx.coordinates``) histories are full-length, grown lazily to the largest coordinate seen;
-similarities use the whole history. ``reset()`` forgets every history.
+round's comparison; when every row has one, the zero update with zero weights (as all alpha = 0).
+``ctx.client_ids``, when given, must hold K distinct ids (else an InputError). Under partial
+sharing (``ctx.coordinates``) histories are full-length, grown lazily to the largest coordinate
+seen; similarities use the whole history. ``reset()`` forgets every history.
 Guarantee: none in terms of f (the defense targets Sybils that send similar updates);
 ``min_clients`` = 1. Stats: ``num_zero_weight``, ``max_weight``, ``mean_max_similarity``.
 """
@@ -37,10 +38,9 @@ import torch
 from torch import Tensor
 
 from .. import params
-from ..errors import InputError
 from ..kernels import check_updates, row_norms
 from ..types import Aggregate, DefenseContext
-from ._select import Rule, gram64
+from ._select import Rule, gram64, round_ids
 
 
 def foolsgold_weights(hist: Tensor, kappa: float) -> tuple[Tensor, Tensor]:
@@ -48,8 +48,12 @@ def foolsgold_weights(hist: Tensor, kappa: float) -> tuple[Tensor, Tensor]:
 
     Cosines come from one float64 Gram matrix (norms from its diagonal); those within rounding
     of 1 (16 sqrt(L) eps) are set to exactly 1, so identical histories get alpha exactly 0 rather
-    than rounding noise that the normalisation alpha / max(alpha) would blow up.
+    than rounding noise that the normalisation alpha / max(alpha) would blow up. No history (K = 0:
+    every row of the round non-finite): both empty.
     """
+    if hist.shape[0] == 0:
+        empty = torch.zeros(0, dtype=torch.float64, device=hist.device)
+        return empty, empty
     gram = gram64(hist)
     n = torch.diagonal(gram).clamp(min=0).sqrt()
     denom = n[:, None] * n[None, :]
@@ -94,9 +98,7 @@ class FoolsGold(Rule):
         return new
 
     def _history_rows(self, ids: list[int], width: int, like: Tensor) -> Tensor:
-        """Row numbers of these clients in the history table, growing it (rows and width)."""
-        if len(set(ids)) != len(ids):
-            raise InputError("foolsgold: ctx.client_ids must be distinct within a round")
+        """Row numbers of these (distinct) clients in the history table, growing it (rows and width)."""
         for i in ids:
             self._index.setdefault(i, len(self._index))
         old = self._hist.to(like) if self._hist is not None else like.new_zeros(0, 0)
@@ -111,7 +113,7 @@ class FoolsGold(Rule):
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.name)
         k, p = updates.shape
-        ids = ctx.client_ids.tolist() if ctx.client_ids is not None else list(range(k))
+        ids = round_ids(ctx, k, self.name)
         ok = torch.isfinite(row_norms(updates))
         rows_ok = updates if bool(ok.all()) else torch.where(ok[:, None], updates, torch.zeros_like(updates))
         coords = ctx.coordinates

@@ -30,7 +30,9 @@ With n_k = ||u_k||, M = median_k n_k (the mean of the two middle values for even
    for this M and numpy's median for the filter: here both use the median above).
 
 Weights: 1/|S| on S (each row's share of the mean of clipped rows; ``vector = weights^T U`` only
-when no row is clipped). Empty S: the zero update, all weights 0, stat ``empty`` = 1.
+when no row is clipped). Empty S: the zero update, all weights 0, stat ``empty`` = 1. Zero-width
+rows (P = 0) are all-zero rows: S1 is empty, so the empty update (as median's and fedavg's), with
+no block drawn.
 Guarantee: the paper assumes fewer than half of the clients Byzantine; f-hat is not used by the
 rule. ``min_clients`` = 2f + 1. Stats: ``num_kept``, ``norm_kept`` (|S1|), ``sign_kept`` (|S2|),
 ``median_norm``, ``bandwidth``, ``empty``.
@@ -135,12 +137,22 @@ class SignGuard(Rule):
     def min_clients(self, f_hat: int) -> int:
         return 2 * f_hat + 1
 
+    def _zero_width(self, k: int, updates: Tensor, med: float) -> Aggregate:
+        """(K, 0) rows: the empty update, zero weights (S1 is empty: every norm is 0, not above
+        ``lower`` * 0); no coordinate to draw, so no draw, and the K empty sign statistics coincide
+        (one cluster of all K rows, bandwidth 0), as for all-zero rows of any width."""
+        stats = {"num_kept": 0.0, "norm_kept": 0.0, "sign_kept": float(k), "median_norm": med,
+                 "bandwidth": 0.0, "empty": 1.0}
+        return Aggregate(updates.new_zeros(0), updates.new_zeros(k), stats)
+
     def __call__(self, updates: Tensor, ctx: DefenseContext) -> Aggregate:
         check_updates(updates, self.name)
         k, p = updates.shape
         norms = row_norms(updates)
         med = median_value(norms)
         s1 = (norms > self.lower * med) & (norms < self.upper * med)
+        if p == 0:  # zero-width rows: as all-zero rows, every norm 0 = M fails the norm filter
+            return self._zero_width(k, updates, med)
         q = max(1, math.floor(self.fraction * p))
         start = int(torch.randint(0, p - q + 1, (1,), generator=generator_for(ctx)))
         feats = sign_features(updates[:, start : start + q])
