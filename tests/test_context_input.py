@@ -16,6 +16,7 @@ documented result -- never a bare torch/Python exception from deep inside, never
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -120,6 +121,15 @@ def test_client_ids_of_the_wrong_length_are_refused_before_any_state_changes(nam
     assert torch.equal(got.vector, fresh.vector) and dict(got.stats) == dict(fresh.stats)
     with pytest.raises(InputError, match=f"^{name}: ctx.client_ids must be distinct within a round$"):
         rule(u, _ctx_for(name, torch.tensor([0, 1, 1, 2, 3])))
+
+
+@pytest.mark.parametrize("count", [2, 7])
+def test_fldetector_refuses_num_samples_not_one_per_row(count: int) -> None:
+    u = torch.randn(5, P, generator=gen(2), dtype=torch.float64)
+    ctx = dataclasses.replace(_ctx_for("fldetector", torch.arange(5)), num_samples=torch.ones(count))
+    with pytest.raises(InputError) as err:
+        D.create("fldetector")(u, ctx)
+    assert _one_line(err) == f"fldetector: ctx.num_samples must hold one count per row (K = 5), got {count}"
 
 
 def test_foolsgold_with_client_ids_matches_the_transcription() -> None:

@@ -220,6 +220,9 @@ class FLDetector(Rule):
         if ctx.global_model is None or tuple(ctx.global_model.shape) != (p,):
             raise InputError(f"{self.name}: needs ctx.global_model of shape ({p},)")
         ids = round_ids(ctx, k, self.name)
+        if ctx.num_samples is not None and ctx.num_samples.shape[0] != k:
+            raise InputError(f"{self.name}: ctx.num_samples must hold one count per row (K = {k}), "
+                             f"got {ctx.num_samples.shape[0]}")
         w = ctx.global_model.detach().to(dtype=torch.float64, device="cpu").clone()
         if self._w is not None and self._w.shape != w.shape:
             self.reset()
