@@ -16,6 +16,9 @@ class ArgError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2 (raised so main() can return 2)
+        option = message.partition("argument ")[2].partition(":")[0].split("/")[-1]
+        if message.endswith("expected one argument") and option.startswith("--"):
+            message += f" (for a value that starts with '-', write {option}=VALUE)"
         raise ArgError(f"{self.prog}: {message}")
 
 

@@ -233,3 +233,14 @@ def test_validate_builds_the_attack_and_defense_sections_as_run_does(
     assert needle in _one_line_error(capsys)
     assert main(["run", str(path), "--set", "federation.rounds=2", "--quiet"]) == 2  # run agrees
     assert needle in _one_line_error(capsys)
+
+
+def test_an_option_missing_its_value_says_how_to_give_one_that_starts_with_a_dash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["kappa", "--misspecified", "-1:2"]) == 2  # argparse reads -1:2 as an option
+    err = _one_line_error(capsys)
+    assert err.endswith("--misspecified: expected one argument (for a value that starts with '-', "
+                        "write --misspecified=VALUE)")
+    assert main(["kappa", "--misspecified=-1:2", "--rules", "median"]) == 2  # now ours: f = -1 refused
+    assert "f=-1 f_hat=2: expected 0 <= f, f_hat < n" in _one_line_error(capsys)
