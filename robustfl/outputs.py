@@ -4,6 +4,7 @@ demo; it imports the standard library and ``robustfl.errors`` only."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,8 +17,9 @@ def check_outputs(
     """Before any work: every output path (option -> path; None: not given) can be written, and
     none names the same file as another output or as a file the command reads or keeps (``inputs``:
     the scenario, the store). Otherwise one line, exit 2: nothing computed is lost to a path that
-    cannot take it, and no output overwrites a store or a scenario. Folders are made, as the
-    writers make them; a probe file that did not exist is removed again."""
+    cannot take it, and no output overwrites a store or a scenario. The probe makes the missing
+    folders and a file, and removes what it made (the writers make the folders when they write):
+    a command refused later leaves nothing behind."""
     seen: dict[Path, str] = {}
     for what, path in (inputs or {}).items():
         if path is not None and str(path) != ":memory:":
@@ -44,14 +46,19 @@ def writable(option: str, path: str | Path) -> None:
     if above is not None and not above.is_dir():
         raise ConfigError(f"cannot write {option} {str(path)!r}: {str(above)!r} is a file, not a folder")
     existed = p.exists()
+    made = [a for a in p.parents if not a.exists()]  # deepest first: removed again after the probe
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a", encoding="utf-8"):
             pass
     except OSError as exc:
         raise ConfigError(f"cannot write {option} {str(path)!r}: {exc.strerror or exc}") from None
-    if not existed:
-        p.unlink(missing_ok=True)
+    finally:
+        if not existed:
+            p.unlink(missing_ok=True)
+        for folder in made:
+            with contextlib.suppress(OSError):  # another process may have put something there
+                folder.rmdir()
 
 
 def write_text(option: str, path: str | Path, text: str) -> None:

@@ -86,8 +86,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if args.address is not None and args.executor != "ray":
         raise ConfigError(f"--address {args.address!r} is a Ray cluster's address: it needs --executor ray")
     check_outputs({"--json": args.json, "--plot": args.plot}, {"the scenario": sc.path, "the store": store})
-    Path(store).parent.mkdir(parents=True, exist_ok=True)
-    result = None
+    result = None  # (the store's folder is made when the store opens, after the plan is checked)
     try:
         with render.MatrixProgress(quiet=args.quiet) as progress:
             result = run_matrix(

@@ -113,3 +113,17 @@ def test_report_takes_its_format_from_the_output_suffix(
     _refused(capsys, ["report", store, "--format", "csv", "--output", str(tmp_path / "x.html")],
              "--format csv does not match --output")
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_command_refused_after_its_output_check_leaves_no_folder_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the matrix's default store, runs/quick.db, would be made here
+    deep = ["--json", "new/deep/x.json"]
+    _refused(capsys, ["run", "quick", *TINY, *deep, "--attack", "nope"], "unknown attack 'nope'")
+    _refused(capsys, ["matrix", "quick", *TINY, *deep, "--plot", "new/p.png", "--attacks", "nope"],
+             "unknown attack 'nope'")
+    assert sorted(tmp_path.iterdir()) == []  # neither the outputs' folders nor runs/
+    # written for real, the folders are made: by the writers and by the store
+    assert main(["matrix", "quick", *ONE, *TINY, *deep, "--store", "s/t/m.db"]) == 0
+    assert (tmp_path / "new" / "deep" / "x.json").is_file() and (tmp_path / "s" / "t" / "m.db").is_file()
