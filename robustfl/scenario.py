@@ -361,7 +361,7 @@ def check_seed(what: str, s: Any) -> int:
 
 
 def load_scenario(
-    name_or_path: str | Path | Mapping[str, Any] = "quick",
+    name_or_path: str | os.PathLike[str] | Mapping[str, Any] = "quick",
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
 ) -> Scenario:
     """Load a scenario by name (under scenarios/), by path, or from a dict; apply overrides."""

@@ -4,6 +4,7 @@ path to one TOML file (:func:`find_scenario`)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def scenario_names() -> list[str]:
     return sorted(names)
 
 
-def find_scenario(name_or_path: str | Path) -> Path:
+def find_scenario(name_or_path: str | os.PathLike[str]) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
         if p.is_dir():

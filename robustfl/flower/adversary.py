@@ -24,17 +24,19 @@ from collections.abc import Callable, Collection
 from torch import Tensor
 
 from ..capabilities import AttackBase
-from ..errors import ConfigError
 from ..simulation import components as C
 from ..simulation.round import Round, attack_stage, dry_run, oracle_for
 from ..types import Aggregate, DefenseContext, Knowledge
+from . import _checks as check
 
 MARK = "robustfl-byzantine"  # the ConfigRecord key mark_byzantine_mod sets in a reply
 LEVELS = ("own", "honest", "full")
 
 
 class ServerAdversary:
-    """Replaces the rows of its clients with ``attack``'s (any robustfl attack spec)."""
+    """Replaces the rows of its clients with ``attack``'s (any robustfl attack spec): ``nodes`` node
+    ids (integers >= 0; may be empty when a mod marks the replies), ``knowledge`` one of
+    :data:`LEVELS`, ``seed`` a seed."""
 
     def __init__(
         self,
@@ -44,13 +46,15 @@ class ServerAdversary:
         knowledge: str = "full",
         seed: int = 0,
     ) -> None:
-        if knowledge not in LEVELS:
-            raise ConfigError(f"knowledge = {knowledge!r}: expected one of {', '.join(LEVELS)}")
+        check.spec("ServerAdversary", "attack", attack)
+        node_ids = check.ids("ServerAdversary", "nodes", nodes)
+        check.choice("ServerAdversary", "knowledge", knowledge, LEVELS)
+        seed = check.seed("ServerAdversary", seed)
         self.spec, self.label = attack, C.attack_label(attack)
         self.attack: AttackBase = C.build_attack(attack)
         C.check_knowledge(self.attack, self.label, knowledge)
         self.granted = Knowledge.grant(knowledge)
-        self.nodes = frozenset(int(n) for n in nodes)
+        self.nodes = node_ids
         self.seed = seed
         self.last_stats: dict[str, float] = {}
         self.reset()

@@ -26,7 +26,8 @@ full sharing and every client every round (``participation = 1``); anything else
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ from ..simulation import components as C
 from ..simulation.engine import local_train
 from ..simulation.runner import build_problem, byzantine_clients
 from ..types import Knowledge
+from . import _checks as check
 from .adversary import ServerAdversary
 from .grid import run_in_process
 from .mods import Mod, byzantine_mod, mark_byzantine_mod
@@ -60,7 +62,9 @@ class History:
 
 
 class ScenarioFederation:
-    """The Flower apps of one cell (see the module's docstring)."""
+    """The Flower apps of one cell (see the module's docstring): ``scenario`` a Scenario, a name, a
+    path or a mapping; ``attack`` and ``defense`` specs; ``seed`` a seed; ``on_round(t, metrics)``
+    called after each evaluated round, or None."""
 
     def __init__(
         self,
@@ -71,6 +75,13 @@ class ScenarioFederation:
         *,
         on_round: Callable[[int, dict[str, float]], None] | None = None,
     ) -> None:
+        owner = "ScenarioFederation"
+        if not isinstance(scenario, Scenario | str | os.PathLike | Mapping):
+            check.fail(owner, "scenario", scenario, "a Scenario, a scenario name, a path or a mapping")
+        check.spec(owner, "attack", attack)
+        check.spec(owner, "defense", defense)
+        seed = check.seed(owner, seed)
+        check.function(owner, "on_round", on_round, "(round, metrics) -> None")
         sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         fed = sc.section("federation")
         if sc.section("algorithm")["name"] != "fedavg" or sc.section("sharing")["name"] != "full":

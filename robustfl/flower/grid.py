@@ -16,7 +16,7 @@ after.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,12 +26,26 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run, RunStatus
 from flwr.supercore.task_identity import TaskIdentity
 
+from . import _checks as check
 from ._flwr import require
 
 require()
 
 SERVER_NODE_ID = 1  # Flower's SUPERLINK_NODE_ID: the node id of the server's messages
 CLIENT_ERROR = 1  # the error code of a reply whose ClientApp raised (Flower's ClientApp exception)
+
+
+def _checked(
+    owner: str, client_app: Any, num_nodes: Any, run_id: Any, run_config: Any
+) -> tuple[int, int]:
+    """(num_nodes, run_id) as ints; ConfigError naming the first bad argument."""
+    if not callable(client_app):
+        check.fail(owner, "client_app", client_app, "a ClientApp")
+    num_nodes = check.count(owner, "num_nodes", num_nodes, least=1)
+    run_id = check.count(owner, "run_id", run_id)
+    if run_config is not None and not isinstance(run_config, Mapping):
+        check.fail(owner, "run_config", run_config, "a mapping (Flower's run config) or None")
+    return num_nodes, run_id
 
 
 def _run(run_id: int) -> Run:
@@ -66,8 +80,7 @@ class InProcessGrid(Grid):  # type: ignore[misc]
         run_id: int = 1,
         run_config: dict[str, Any] | None = None,
     ) -> None:
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes = {num_nodes}: expected at least 1")
+        num_nodes, run_id = _checked("InProcessGrid", client_app, num_nodes, run_id, run_config)
         self.client_app = client_app
         self._run_info = _run(run_id)
         self.contexts = {
@@ -152,6 +165,9 @@ def run_in_process(
 ) -> InProcessGrid:
     """Run ``server_app`` with ``num_nodes`` in-process ClientApps; returns the grid (its nodes'
     contexts hold what the clients kept)."""
+    if not callable(server_app):
+        check.fail("run_in_process", "server_app", server_app, "a ServerApp")
+    num_nodes, run_id = _checked("run_in_process", client_app, num_nodes, run_id, run_config)
     config = dict(run_config or {})
     grid = InProcessGrid(client_app, num_nodes, run_id=run_id, run_config=config)
     context = Context(

@@ -16,6 +16,7 @@ to the global model's dtypes.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,11 @@ class ModelLayout:
     @classmethod
     def of(cls, arrays: Mapping[str, Any]) -> ModelLayout:
         """The layout of an ``ArrayRecord`` (or any mapping of ``flwr.app.Array``)."""
+        if not isinstance(arrays, Mapping) or not all(
+            hasattr(v, "shape") and hasattr(v, "dtype") for v in arrays.values()
+        ):
+            got = reprlib.repr(arrays)
+            raise InputError(f"ModelLayout.of: arrays must be an ArrayRecord (arrays by key), got {got}")
         keys = tuple(arrays.keys())
         if not keys:
             raise InputError("the global model has no arrays; expected at least one")

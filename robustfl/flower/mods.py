@@ -20,7 +20,8 @@ predicate ``(Context) -> bool``. The mod's random stream for round t on partitio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import numbers
+from collections.abc import Callable, Collection, Iterable
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -30,6 +31,7 @@ from ..capabilities import AttackBase
 from ..errors import ConfigError
 from ..simulation import components as C
 from ..types import AttackContext, Knowledge, TaskInfo
+from . import _checks as check
 from ._flwr import require
 from .adversary import MARK
 from .layout import ModelLayout
@@ -42,6 +44,7 @@ Chooser = Collection[int] | Callable[[Context], bool]
 
 def client_attack(attack: C.Spec) -> AttackBase:
     """The attack a client can run on its own update, or ConfigError naming what it needs."""
+    check.spec("client_attack", "attack", attack)
     label = C.attack_label(attack)
     built = C.build_attack(attack)
     extra = built.knowledge & ~Knowledge.OWN
@@ -64,18 +67,22 @@ def partition_of(context: Context) -> int:
     return int(pid) if isinstance(pid, int | float) else int(context.node_id)
 
 
-def _chosen(clients: Chooser) -> Callable[[Context], bool]:
-    if callable(clients):
-        return clients
-    ids = frozenset(int(c) for c in clients)
+def _chosen(owner: str, clients: Chooser) -> Callable[[Context], bool]:
+    """``clients`` as a predicate; ConfigError unless a predicate or a collection of ids."""
+    ids = check.clients(owner, clients)
+    if callable(ids):
+        return ids
     return lambda ctx: partition_of(ctx) in ids
 
 
 def byzantine_mod(attack: C.Spec, clients: Chooser, *, seed: int = 0) -> Mod:
-    """A mod that turns ``clients`` Byzantine with ``attack`` (a spec; it must be ``per_client``)."""
+    """A mod that turns ``clients`` Byzantine with ``attack`` (a spec; it must be ``per_client``):
+    ``clients`` a collection of partition ids (empty: none) or a predicate, ``seed`` a seed."""
+    check.spec("byzantine_mod", "attack", attack)
+    chosen = _chosen("byzantine_mod", clients)
+    seed = check.seed("byzantine_mod", seed)
     built = client_attack(attack)
     label = C.attack_label(attack)
-    chosen = _chosen(clients)
 
     def mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         reply = call_next(msg, context)
@@ -121,8 +128,8 @@ def byzantine_mod(attack: C.Spec, clients: Chooser, *, seed: int = 0) -> Mod:
 def mark_byzantine_mod(clients: Chooser) -> Mod:
     """A mod that marks ``clients``' train replies for a :class:`ServerAdversary`
     (a ConfigRecord ``robustfl`` holding ``robustfl-byzantine = 1``; the strategy strips nothing
-    else and the defense never sees it)."""
-    chosen = _chosen(clients)
+    else and the defense never sees it); ``clients`` as :func:`byzantine_mod`'s."""
+    chosen = _chosen("mark_byzantine_mod", clients)
 
     def mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         reply = call_next(msg, context)
@@ -141,12 +148,24 @@ def data_poisoner(
     is_image: bool | None = None,
 ) -> Callable[[Tensor, Tensor, torch.Generator | None], tuple[Tensor, Tensor]]:
     """A data-poisoning attack (label flipping, a backdoor) set up once for a client's task, as a
-    function ``(x, y, generator) -> (x', y')`` its training loop calls on each batch."""
+    function ``(x, y, generator) -> (x', y')`` its training loop calls on each batch: ``num_classes``
+    an integer >= 2, ``input_shape`` one sample's shape (integers >= 1), ``is_image`` a bool or None
+    (None: an image when the shape has two dimensions or more)."""
+    owner = "data_poisoner"
+    if not isinstance(attack, AttackBase):
+        check.spec(owner, "attack", attack)
+    num_classes = check.count(owner, "num_classes", num_classes, least=2)
+    iterable = isinstance(input_shape, Iterable) and not isinstance(input_shape, str)
+    dims = tuple(input_shape) if iterable else None
+    if dims is None or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in dims):
+        check.fail(owner, "input_shape", input_shape, "a tuple of integers >= 1 (one sample's shape)")
+    if is_image is not None:
+        is_image = check.flag(owner, "is_image", is_image)
     built = attack if isinstance(attack, AttackBase) else C.build_attack(attack)
     label = type(attack).__name__ if isinstance(attack, AttackBase) else C.attack_label(attack)
     if not built.poisons_data:
         raise ConfigError(f"attack {label!r} does not poison data; use byzantine_mod or ServerAdversary")
-    shape = tuple(int(d) for d in input_shape)
+    shape = tuple(int(d) for d in dims)
     image = len(shape) >= 2 if is_image is None else is_image
     built.setup(TaskInfo("flower", int(num_classes), shape, image))
 
@@ -166,5 +185,12 @@ def poison_batch(
     num_classes: int,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """:func:`data_poisoner` for one batch ``(x, y)``."""
+    """:func:`data_poisoner` for one batch ``(x, y)``: tensors with the same first dimension
+    (the samples), ``generator`` a ``torch.Generator`` or None."""
+    if not (isinstance(x, Tensor) and x.dim() >= 1):
+        check.fail("poison_batch", "x", x, "a tensor of samples (at least one dimension)")
+    if not (isinstance(y, Tensor) and y.dim() >= 1 and y.shape[0] == x.shape[0]):
+        check.fail("poison_batch", "y", y, f"a tensor of {x.shape[0]} labels (x's first dimension)")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        check.fail("poison_batch", "generator", generator, "a torch.Generator or None")
     return data_poisoner(attack, num_classes=num_classes, input_shape=tuple(x.shape[1:]))(x, y, generator)

@@ -30,7 +30,11 @@ which returns the model the server trains on its root data with the clients' rec
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
+import numbers
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +54,7 @@ from ..errors import ConfigError
 from ..scenario import count_of
 from ..simulation import components as C
 from ..types import Aggregate, DefenseContext, layers_error
+from . import _checks as check
 from ._flwr import require
 from .adversary import MARK, ServerAdversary
 from .layout import INTEGER_RULES, ModelLayout, integer_arrays
@@ -58,6 +63,8 @@ require()
 
 WEIGHTS = ("equal", "num-examples")
 MAX_NUM_EXAMPLES = 10_000_000  # above any one client's share of today's federated benchmarks
+OWNER = "RobustStrategy"
+FEDAVG_ARGS = tuple(p for p in inspect.signature(FedAvg.__init__).parameters if p != "self")
 
 
 @dataclass
@@ -84,7 +91,8 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
     ``defense``: any spec a scenario file accepts (``"median"``, ``{"name": "krum", "pre":
     [{"name": "nnm"}]}``, a plugin's name). ``seed`` seeds the defense's and the sampler's streams
     (no global RNG: unlike FedAvg's ``random.sample``, the nodes sampled are a function of the
-    seed). Other keyword arguments go to Flower's ``FedAvg``."""
+    seed). Other keyword arguments go to Flower's ``FedAvg``. Every argument is checked here: a bad
+    one is a ConfigError naming it, the value given and what was expected."""
 
     def __init__(
         self,
@@ -102,33 +110,30 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
         layers: tuple[int, ...] | None = None,
         **fedavg: Any,
     ) -> None:
-        super().__init__(**fedavg)
+        check.spec(OWNER, "defense", defense)
+        assumed_byzantine = _assumed_byzantine(assumed_byzantine)
+        server_lr = check.positive(OWNER, "server_lr", server_lr)
+        check.choice(OWNER, "weights", weights, WEIGHTS)
+        max_num_examples = check.count(OWNER, "max_num_examples", max_num_examples, least=1)
+        check.function(OWNER, "reference_fn", reference_fn, "(arrays, server_round) -> ArrayRecord")
+        if adversary is not None and not isinstance(adversary, ServerAdversary):
+            check.fail(OWNER, "adversary", adversary, "a ServerAdversary or None")
+        check.choice(OWNER, "integer_rule", integer_rule, INTEGER_RULES)
+        allow_outside_guarantee = check.flag(OWNER, "allow_outside_guarantee", allow_outside_guarantee)
+        seed = check.seed(OWNER, seed)
+        if layers is not None and (why := layers_error(layers, None)) is not None:
+            raise ConfigError(f"{OWNER}: {why}")
+        super().__init__(**_fedavg_args(fedavg))
         self.defense_spec = defense
         self.defense: DefenseBase = C.build_defense(defense)
         self.label = C.defense_label(defense)
-        if isinstance(assumed_byzantine, bool) or not isinstance(assumed_byzantine, int | float):
-            raise ConfigError(f"assumed_byzantine = {assumed_byzantine!r}: expected a count or a fraction")
-        if assumed_byzantine < 0 or (isinstance(assumed_byzantine, float) and assumed_byzantine >= 1):
-            raise ConfigError(
-                f"assumed_byzantine = {assumed_byzantine!r}: expected a count >= 0 or a fraction in [0, 1)"
-            )
-        if not (isinstance(server_lr, int | float) and math.isfinite(server_lr) and server_lr > 0):
-            raise ConfigError(f"server_lr = {server_lr!r}: expected a finite number > 0")
-        if weights not in WEIGHTS:
-            raise ConfigError(f"weights = {weights!r}: expected one of {', '.join(WEIGHTS)}")
-        if integer_rule not in INTEGER_RULES:
-            raise ConfigError(f"integer_rule = {integer_rule!r}: expected one of {', '.join(INTEGER_RULES)}")
-        if layers is not None and (why := layers_error(layers, None)) is not None:
-            raise ConfigError(why)
-        if not (isinstance(max_num_examples, int) and max_num_examples >= 1):
-            raise ConfigError(f"max_num_examples = {max_num_examples!r}: expected an integer >= 1")
         needs_ref = self.defense.needs_reference or (adversary is not None and adversary.needs_reference)
         if needs_ref and reference_fn is None:
             raise ConfigError(
                 f"defense {self.label!r} (or the adversary's attack) needs the server's reference update: "
                 "pass reference_fn(arrays, server_round) -> the model trained on the server's root data"
             )
-        self.assumed_byzantine, self.server_lr, self.weights = assumed_byzantine, float(server_lr), weights
+        self.assumed_byzantine, self.server_lr, self.weights = assumed_byzantine, server_lr, weights
         self.max_num_examples, self.reference_fn, self.adversary = max_num_examples, reference_fn, adversary
         self.integer_rule, self.seed = integer_rule, seed
         self.allow_outside_guarantee = allow_outside_guarantee
@@ -308,3 +313,35 @@ class RobustStrategy(FedAvg):  # type: ignore[misc]
 def _usable(metrics: Mapping[str, Any], key: str, cap: int) -> bool:
     n = metrics.get(key)
     return isinstance(n, int | float) and math.isfinite(float(n)) and 1 <= float(n) <= cap
+
+
+def _assumed_byzantine(value: Any) -> int | float:
+    """A count (an integer >= 0, as an int) or a fraction (a finite number in [0, 1), as a float)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if (count := operator.index(value)) >= 0:
+            return count
+    elif check.is_real(value) and 0 <= float(value) < 1:
+        return float(value)
+    check.fail(OWNER, "assumed_byzantine", value, "a count (an integer >= 0) or a fraction in [0, 1)")
+
+
+def _fedavg_args(fedavg: dict[str, Any]) -> dict[str, Any]:
+    """FedAvg's keyword arguments, checked: fractions in [0, 1], node counts integers >= 0 (as int),
+    record keys non-empty strings, metric aggregators functions or None."""
+    out = dict(fedavg)
+    for name, value in fedavg.items():
+        if name not in FEDAVG_ARGS:
+            close = difflib.get_close_matches(name, FEDAVG_ARGS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"{OWNER}: unknown argument {name!r}{hint}; FedAvg's are {', '.join(FEDAVG_ARGS)}"
+            )
+        if name.startswith("fraction_"):
+            check.unit(OWNER, name, value)
+        elif name.startswith("min_") and name.endswith("_nodes"):
+            out[name] = check.count(OWNER, name, value)
+        elif name.endswith("_key"):
+            check.key(OWNER, name, value)
+        elif name.endswith("_aggr_fn"):
+            check.function(OWNER, name, value, "(list[RecordDict], str) -> MetricRecord")
+    return out

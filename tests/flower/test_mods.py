@@ -38,6 +38,16 @@ def test_the_mod_replaces_a_chosen_clients_model_with_the_attacks_row() -> None:
     np.testing.assert_allclose(strategy.last_aggregate.vector.numpy(), np.full(4, (0.5 - 3.0 + 1.5) / 3))
 
 
+def test_an_empty_client_set_is_the_f_0_baseline() -> None:
+    """No client Byzantine (a sweep's f = 0 point): both mods leave every reply as it was."""
+    w = {"w": np.arange(4, dtype=np.float32), "n": np.array([3], dtype=np.int64)}
+    for mod in (byzantine_mod("sign_flip", clients=set()), mark_byzantine_mod(clients=[])):
+        strategy = RobustStrategy("fedavg", fraction_evaluate=0.0, min_available_nodes=3)
+        run_strategy(strategy, scripted_client(_honest, mods=[mod]), 3, w)
+        assert strategy.last_aggregate is not None  # rows +0.5, +1.0, +1.5: the mean
+        np.testing.assert_allclose(strategy.last_aggregate.vector.numpy(), np.full(4, 1.0))
+
+
 def test_the_mod_leaves_other_clients_and_the_integer_arrays_alone() -> None:
     w = {"w": np.zeros(2, dtype=np.float32), "n": np.array([3], dtype=np.int64)}
     mods = [byzantine_mod("sign_flip", clients=lambda ctx: ctx.node_config["partition-id"] == 0)]

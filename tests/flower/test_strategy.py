@@ -6,6 +6,7 @@ strategy: ``float64(reply) - float64(global)`` in the global model's key order."
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -194,21 +195,26 @@ def test_num_examples_buy_no_influence_by_default() -> None:
     ("kwargs", "message"),
     [
         ({"defense": "fltrust"}, "reference_fn"),
-        ({"defense": "median", "assumed_byzantine": -1}, "assumed_byzantine = -1"),
+        (
+            {"defense": "median", "assumed_byzantine": -1},
+            "assumed_byzantine must be a count (an integer >= 0) or a fraction in [0, 1), got -1",
+        ),
         ({"defense": "median", "assumed_byzantine": 1.5}, "fraction in [0, 1)"),
-        ({"defense": "median", "weights": "size"}, "weights = 'size'"),
-        ({"defense": "median", "server_lr": 0}, "server_lr = 0"),
-        ({"defense": "median", "integer_rule": "mean"}, "integer_rule = 'mean'"),
+        ({"weights": "size"}, "weights must be one of 'equal', 'num-examples', got 'size'"),
+        ({"defense": "median", "server_lr": 0}, "server_lr must be a finite number > 0, got 0"),
+        (
+            {"defense": "median", "integer_rule": "mean"},
+            "integer_rule must be one of 'median', 'keep', got 'mean'",
+        ),
         ({"defense": "medain"}, "medain"),
         ({"defense": "lasa", "layers": (3, 3)}, "layers must be strictly increasing end offsets > 0"),
         ({"defense": "lasa", "layers": [3]}, "layers must be a tuple of integers"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(
-        ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
-    ):
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
         RobustStrategy(**kwargs)
+    assert "\n" not in str(err.value)
 
 
 def test_a_round_the_rule_cannot_take_keeps_the_model_and_says_why() -> None:
