@@ -143,8 +143,8 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
     from .. import _compiled  # numba, on first use
 
     k = dist.sq.shape[0]
-    sq = dist.sq.to(torch.float64).cpu().numpy()
-    norms2 = dist.norms2.to(torch.float64).cpu().numpy()
+    sq = dist.sq.detach().to(torch.float64).cpu().numpy()  # a decision: no gradient through it
+    norms2 = dist.norms2.detach().to(torch.float64).cpu().numpy()
     tol = dist.tol
     orders = _compiled.neighbour_orders(sq)
     alive = np.ones(k, dtype=np.bool_)
@@ -166,7 +166,7 @@ def repeated_krum(dist: Distances, f: int, count: int) -> Tensor:
             scores = exact_scores(dist, pool, rows, n)
             pick = int(pool[rows[int(torch.argmin(scores))]])  # argmin: the first among equals
             if dist._refined is not None and dist._refined.device.type == "cpu":
-                exact = dist._refined.numpy()
+                exact = dist._refined.detach().numpy()
         else:
             pick = int(select_lowest(dist, pool, n, 1)[0][0])
         picks.append(pick)
@@ -249,8 +249,12 @@ def mean_of_order_stats(updates: Tensor, lo: int, hi: int) -> Tensor:
     order; 4-5 x one ``U.sum(0)`` at (50, 1e6) float32 in the floors benchmark), on torch's thread
     count; with more rows ``numpy.partition`` (one selection pass) split over torch's
     threads by column (:func:`by_columns`); elsewhere ``torch.sort`` along dim 0. Each is
-    bit-identical for any thread count.
+    bit-identical for any thread count. Rows that need a gradient (the worst-case search's ascent)
+    take the ``torch.sort`` path, whose gradient reaches the order statistics averaged: the same
+    values, summed by torch (within rounding of the compiled sums).
     """
+    if updates.requires_grad and torch.is_grad_enabled():
+        return torch.sort(updates, dim=0).values[lo : hi + 1].mean(0)
     cpu_float = updates.device.type == "cpu" and updates.dtype in (torch.float32, torch.float64)
     if cpu_float and updates.shape[0] <= MAX_K and updates.ndim == 2 and updates.shape[1] > 0:
         a = updates.detach().numpy()
