@@ -27,9 +27,10 @@ SQLite database, an SQLite database that is not ours, a newer schema -- is a
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -89,6 +90,10 @@ class Store:
     WAL files a read leaves, as a store opened for writing does."""
 
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        if isinstance(path, bytes) or not isinstance(path, str | os.PathLike) or not str(path):
+            raise StoreError(f"a store is a file path (or ':memory:'), got {path!r}")
+        if not isinstance(read_only, bool):
+            raise StoreError(f"Store: read_only must be True or False, got {read_only!r}")
         self.path = Path(path)
         self.read_only = read_only
         memory = str(path) == ":memory:"
@@ -209,8 +214,24 @@ class Store:
 
     # -- cells --------------------------------------------------------------------------------
 
+    def _writable(self, what: str, **tables: Any) -> None:
+        """Refuse a write to a store opened read-only, or one whose JSON columns would not be
+        tables (a ``None`` run would make every later read fail as corrupt)."""
+        if self.read_only:
+            raise StoreError(f"store {self.path} is open read-only: cannot {what}")
+        for name, value in tables.items():
+            if not isinstance(value, Mapping):
+                raise StoreError(f"store {self.path}: cannot {what}: {name} must be a dict, got {value!r}")
+
     def put_cell(self, key: str, cell: Cell, config: dict[str, Any]) -> None:
         """Write (or replace) one finished cell in one transaction; a replaced cell keeps its place."""
+        self._writable("write a cell", config=config)
+        if not isinstance(key, str) or not key:
+            raise StoreError(f"store {self.path}: a cell's key must be a non-empty string, got {key!r}")
+        if not isinstance(cell, Cell) or not 0 <= int(cell.seed) < 2**63:
+            seed = getattr(cell, "seed", None)
+            raise StoreError(f"store {self.path}: cannot write a {type(cell).__name__} with seed {seed!r} "
+                             "as a cell (a Cell, its seed in [0, 2**63))")
         doc = cell.to_json()
         doc["key"] = key
         row = (
@@ -263,6 +284,7 @@ class Store:
 
     def put_ref(self, key: str, vector: Any, meta: dict[str, Any]) -> None:
         """Cache a reference model (a torch tensor or numpy array, flattened, kept as float64)."""
+        self._writable("write a reference model", meta=meta)
         v = _as_float64(vector)
         with self._errors("write a reference model"), self._transaction() as c:
             c.execute(
@@ -293,6 +315,7 @@ class Store:
 
     def add_run(self, scenario: dict[str, Any], provenance: dict[str, Any]) -> int:
         """Record one matrix invocation (its scenario and provenance); returns the run's id."""
+        self._writable("write a run", scenario=scenario, provenance=provenance)
         with self._errors("write a run"), self._transaction() as c:
             cur = c.execute(
                 "INSERT INTO runs (started, scenario, provenance) VALUES (?, ?, ?)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing as mp
+import re
 import sqlite3
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 from robustfl.errors import StoreError
 from robustfl.simulation.results import Cell
 from robustfl.simulation.store import SCHEMA_VERSION, Store
+
+from .. import factories
 
 
 def make_cell(attack: str = "sign_flip", defense: str = "krum", seed: int = 0, status: str = "ok",
@@ -216,3 +219,37 @@ def test_opening_retries_a_refused_switch_to_wal(tmp_path: Path, monkeypatch: py
         store.put_cell("k", make_cell(), {})
         assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert proxies[0].refused == 2
+
+
+def test_bad_arguments_are_refused_and_a_read_only_store_is_never_written(tmp_path: Path) -> None:
+    """A path that is no path, a None run or meta (every later read would call the store corrupt),
+    a bad key or seed, and any write to a store opened read-only: one StoreError line each, and the
+    file is byte-identical afterwards."""
+    for path in ("", None, 5, b"x.db"):
+        with pytest.raises(StoreError, match="a store is a file path"):
+            Store(path)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="read_only must be True or False, got 'no'"):
+        Store(tmp_path / "a.db", read_only="no")  # type: ignore[arg-type]
+    path = tmp_path / "s.db"
+    good = factories.cell("none", "fedavg", 0, 0.5)
+    with Store(path) as st:
+        st.add_run({"task": {}}, {"robustfl": "x"})
+        st.put_cell("k", good, {})
+        bad = [
+            (lambda: st.add_run(None, {}), "scenario must be a dict, got None"),  # type: ignore[arg-type]
+            (lambda: st.put_ref("r", [1.0], None), "meta must be a dict, got None"),  # type: ignore[arg-type]
+            (lambda: st.put_cell("", good, {}), "key must be a non-empty string"),
+            (lambda: st.put_cell("k2", good.to_json(), {}), "cannot write a dict"),  # type: ignore[arg-type]
+            (lambda: st.put_cell("k3", dataclasses.replace(good, seed=-1), {}), "with seed -1"),
+        ]
+        for call, needle in bad:
+            with pytest.raises(StoreError, match=re.escape(needle)):
+                call()
+    before = path.read_bytes()
+    with Store(path, read_only=True) as ro:
+        for call in (lambda: ro.add_run({}, {}), lambda: ro.put_cell("k9", good, {}),
+                     lambda: ro.put_ref("r", [1.0], {})):
+            with pytest.raises(StoreError, match="is open read-only"):
+                call()
+        assert [c.key for c in ro.cells()] == ["k"] and len(ro.runs()) == 1
+    assert path.read_bytes() == before
