@@ -31,6 +31,7 @@ driver finished it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -162,7 +163,10 @@ def run_matrix(
             if db is not None:
                 db.add_run(scenario.to_dict(), prov)
                 done.update(_resumed(db, jobs))
-            todo = [j for j in jobs if j.key not in done]
+            firsts: dict[str, Job] = {}  # one run per cell key (a sweep key the entry does not take)
+            for j in jobs:
+                firsts.setdefault(j.key, j)
+            todo = [j for j in firsts.values() if j.key not in done]
             if progress is not None:
                 progress.start(len(jobs))
                 for c in done.values():
@@ -218,7 +222,14 @@ def run_matrix(
         runner.close()
         if db is not None:
             db.close()
-    return MatrixResult(scenario.to_dict(), prov, [done[j.key] for j in jobs if j.key in done])
+    # A sweep key an entry does not take (attack.z for sign_flip) gives that entry one cell key at
+    # every sweep point: one run, shown at each point under that point's values.
+    result_cells = [
+        done[j.key] if done[j.key].sweep == j.sweep else dataclasses.replace(done[j.key], sweep=dict(j.sweep))
+        for j in jobs
+        if j.key in done
+    ]
+    return MatrixResult(scenario.to_dict(), prov, result_cells)
 
 
 def _finished_cell(db: Any, key: str) -> Cell | None:

@@ -70,6 +70,12 @@ def plan(
     if twice is not None:
         raise ConfigError(f"seeds lists {twice} twice: each seed is one cell per attack and defense")
     points = sweep_points(scenario)
+    for key in ("attack.name", "attack.label", "defense.name", "defense.label"):
+        if any(key in point for point in points):
+            raise ConfigError(
+                f"matrix.sweep key {key!r} would change nothing: a matrix runs matrix.{key.split('.')[0]}s; "
+                f"list the variants there (with labels)"
+            )
     for a in C.apply_settings(attacks, "attack", scenario.settings):  # every name and parameter
         C.build_attack(a)  # first: cheap, and before any data is built
     for d in C.apply_settings(defenses, "defense", scenario.settings):

@@ -306,3 +306,29 @@ def test_cells_whose_attack_calls_the_oracle_are_dispatched_first() -> None:
     assert order[8:] == ["none"] * 4 + ["alie"] * 4
     rest = [j for j in longest_first(jobs) if j.attack == "none"]
     assert [(j.defense, j.seed) for j in rest] == [("fedavg", 0), ("fedavg", 1), ("median", 0), ("median", 1)]
+
+
+def test_a_sweep_key_an_entry_does_not_take_shows_its_one_run_at_every_point(tmp_path: Path) -> None:
+    """``attack.z`` swept over ALIE and sign-flip: ALIE runs at each z, sign-flip (no z) has one cell
+    key, so one run, which the result shows at both points under their own values (it came back
+    twice labelled z = 1.0, and never at z = 2.0). Sweeping attack.name or .label changes nothing
+    a matrix runs: refused."""
+    import robustfl
+    from robustfl.errors import ConfigError
+
+    base = ["federation.rounds=2", "federation.clients=10"]
+    sc = robustfl.load_scenario("quick", [*base, 'matrix.sweep={"attack.z" = [1.0, 2.0]}'])
+    result = robustfl.run_matrix(sc, attacks=["alie", "sign_flip"], defenses=["median"], seeds=[0], workers=1,
+                                 store=str(tmp_path / "m.db"))
+    got = sorted((c.attack, c.sweep["attack.z"]) for c in result.cells)
+    assert got == [("alie", 1.0), ("alie", 2.0), ("sign_flip", 1.0), ("sign_flip", 2.0)]
+    alie = {c.sweep["attack.z"]: c.final["relative_drift"] for c in result.cells if c.attack == "alie"}
+    flips = [c for c in result.cells if c.attack == "sign_flip"]
+    assert alie[1.0] != alie[2.0] and flips[0].final == flips[1].final and flips[0].key == flips[1].key
+    with Store(tmp_path / "m.db", read_only=True) as st:
+        assert len(st.cells()) == 3  # the sign-flip cell ran (and was stored) once
+    for key in ("attack.name", "defense.label"):
+        bad = robustfl.load_scenario("quick", [*base, f'matrix.sweep={{"{key}" = ["alie", "ipm"]}}'])
+        with pytest.raises(ConfigError, match=f"matrix.sweep key '{key}' would change nothing"):
+            robustfl.run_matrix(bad, attacks=["none"], defenses=["median"], seeds=[0], workers=1,
+                                store=str(tmp_path / "n.db"))
