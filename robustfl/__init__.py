@@ -15,7 +15,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 from . import attacks, defenses, tasks  # noqa: E402  (registries)
-from .errors import RobustFLError  # noqa: E402
+from .errors import ConfigError, RobustFLError  # noqa: E402
 from .scenario import Scenario, check_seed, load_scenario  # noqa: E402
 from .simulation.results import Cell, MatrixResult  # noqa: E402
 from .types import (  # noqa: E402
@@ -50,6 +50,8 @@ def run(
 
     leave_if_importing_main()
     check_seed("seed", seed)
+    if not isinstance(allow_outside_guarantee, bool):
+        raise ConfigError(f"allow_outside_guarantee must be True or False, got {allow_outside_guarantee!r}")
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     a = C.chosen_spec(sc, "attack", attack)
     d = C.chosen_spec(sc, "defense", defense)

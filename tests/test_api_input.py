@@ -110,3 +110,36 @@ def test_run_takes_a_scenario_as_a_dict() -> None:
     by_dict = robustfl.run(data, "sign_flip", "median")
     by_object = robustfl.run(robustfl.load_scenario("quick", SMALL), "sign_flip", "median")
     assert by_dict.final == by_object.final and by_dict.status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"attacks": "none"}, "attacks must be a list of names or tables, got 'none'"),  # not 'n', 'o', ...
+        ({"defenses": "median"}, "defenses must be a list of names or tables, got 'median'"),
+        ({"attacks": [None]}, "attack must be a name or a table like"),
+        ({"attacks": [{"z": 1.0}]}, "got {'z': 1.0}"),
+        ({"defenses": [{"name": "krum", "pre": [5]}]}, "defense.pre must be a list of names or tables"),
+        ({"allow_outside_guarantee": "no"}, "allow_outside_guarantee must be True or False, got 'no'"),
+        ({"address": "1.2.3.4:1"}, "it needs executor='ray'"),
+    ],
+)
+def test_run_matrix_refuses_malformed_entries(tmp_path: Path, kwargs: dict[str, Any], needle: str) -> None:
+    sc = robustfl.load_scenario("quick", SMALL)
+    args: dict[str, Any] = {"attacks": ["none"], "defenses": ["median"], "seeds": [0], "workers": 1, **kwargs}
+    with pytest.raises(ConfigError) as info:
+        robustfl.run_matrix(sc, store=str(tmp_path / "m.db"), **args)
+    assert needle in str(info.value)
+    assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"defense": {"name": "krum", "pre": [{}]}}, "defense.pre must be a list of names or tables"),
+        ({"allow_outside_guarantee": "no"}, "allow_outside_guarantee must be True or False"),  # was truthy
+    ],
+)
+def test_run_refuses_a_malformed_pre_list_or_flag(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        robustfl.run(robustfl.load_scenario("quick", SMALL), "none", **kwargs)

@@ -86,10 +86,34 @@ def _refuse_unknown(section: str, spec: Spec, params: Mapping[str, Any]) -> None
         )
 
 
+def check_spec(section: str, spec: Any) -> None:
+    """``spec`` names an attack or defense: a non-empty name, or a table with a string ``name`` (a
+    string ``label``, a defense's ``pre`` list of names or such tables); else one ConfigError line.
+    A cell is named and hashed by its specification, so an object cannot stand for one."""
+    ok = isinstance(spec, str) and bool(spec)
+    if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+        ok = isinstance(spec.get("label", ""), str)
+        pre = spec.get("pre", [])
+        if section == "defense" and not (isinstance(pre, list) and all(
+            isinstance(p, str) or (isinstance(p, Mapping) and isinstance(p.get("name"), str)) for p in pre
+        )):
+            raise ConfigError(f"defense.pre must be a list of names or tables with a string 'name', "
+                              f"got {pre!r}")
+    if not ok:
+        raise ConfigError(
+            f"{section} must be a name or a table like {{'name': ..., 'label': ...}}, got {spec!r}: to "
+            f"run your own class, register it (robustfl.{section}s.register(name, cls) or a plugin file)"
+        )
+
+
 def pick_entries(requested: Sequence[Spec], entries: Sequence[Spec], section: str) -> list[Spec]:
     """``--attacks`` / ``--defenses``: a name given there is first the label of one of the
     scenario's ``matrix.attacks`` / ``matrix.defenses`` entries (that entry, with its parameters),
     else a registered name (the component with its defaults)."""
+    if isinstance(requested, str | bytes | Mapping) or not isinstance(requested, Sequence):
+        raise ConfigError(f"{section}s must be a list of names or tables, got {requested!r}")
+    for r in requested:
+        check_spec(section, r)
     by_label = {_label(section, e): e for e in entries}
     registry = _registry(section)
     for r in requested:  # unknown: suggest among the labels too (--attacks ipm-10 -> 'ipm-100')
@@ -152,13 +176,9 @@ def chosen_spec(sc: Any, section: str, chosen: Spec | None) -> Spec:
         spec = _simplest(sec)
         _refuse_unknown(section, spec, params)
         return spec
-    if isinstance(chosen, Mapping) and isinstance(chosen.get("name"), str):
-        return chosen
+    check_spec(section, chosen)
     if not isinstance(chosen, str):
-        raise ConfigError(
-            f"{section} must be a name or a table like {{'name': ..., 'label': ...}}, got {chosen!r}: to "
-            f"run your own class, register it (robustfl.{section}s.register(name, cls) or a plugin file)"
-        )
+        return chosen
     if "name" in params and params["name"] != chosen:
         raise ConfigError(
             f"--set {section}.name={params['name']!r} conflicts with --{section} {chosen}; give one of them"

@@ -140,6 +140,10 @@ def run_matrix(
 
     leave_if_importing_main()
     timeout = check_timeout(cell_timeout)
+    if not isinstance(allow_outside_guarantee, bool):
+        raise ConfigError(f"allow_outside_guarantee must be True or False, got {allow_outside_guarantee!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError(f"address {address!r} is a Ray cluster's address: it needs executor='ray'")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers must be an integer >= 1 (or None: one per core), got {workers!r}")
     if executor == "local":  # a Ray cluster's workers may have the GPUs this process lacks
