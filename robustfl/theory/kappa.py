@@ -28,9 +28,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import attacks
+from .. import attacks, params
 from ..attacks.worst_case import search
 from ..errors import ConfigError
+from ..scenario import check_seed
 from ..simulation import components as C
 from ..types import DefenseContext
 from .kappa_bounds import lower_bound, reported_unverified, upper_bound
@@ -102,9 +103,24 @@ def bound_for(label: str, n: int, f: int) -> tuple[float | None, str, str, bool]
     return None, verified.source, verified.condition, False
 
 
+def bound_key(spec: C.Spec) -> str | None:
+    """The rule a published bound is looked up by: the composition of names (``nnm+krum``), never
+    the entry's label (a median labelled "krum" is no Krum); None when the entry sets parameters
+    (the bounds are stated for the rules as published)."""
+    if isinstance(spec, str):
+        return spec
+    pre = spec.get("pre") or []
+    if set(spec) - {"name", "label", "pre"} or any(not isinstance(p, str) and set(p) - {"name"} for p in pre):
+        return None
+    return C.defense_label({"name": spec["name"], "pre": pre})
+
+
 def _row(spec: C.Spec, s: Setting, family: str) -> dict[str, Any]:
-    label = C.defense_label(spec)
-    value, source, condition, verified = bound_for(label, s.n, s.f_hat)
+    label, key = C.defense_label(spec), bound_key(spec)
+    if key is None:
+        value, source, condition, verified = None, "no published bound: the entry sets parameters", "", False
+    else:
+        value, source, condition, verified = bound_for(key, s.n, s.f_hat)
     if s.f != s.f_hat:
         value, source = (
             None,
@@ -225,6 +241,20 @@ def measure(
     return row
 
 
+def _check_arguments(rules: Any, setting_list: Any, families: Any, task: Any, on_row: Any) -> None:
+    """One line for a list that is a string or empty (an empty one ran nothing, or the defaults)."""
+    for name, value, none_ok in (("rules", rules, False), ("setting_list", setting_list, True),
+                                 ("families", families, False), ("task", task, True)):
+        if value is None and none_ok:
+            continue
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or not value:
+            raise ConfigError(f"run_kappa: {name} must be a non-empty list, got {value!r}")
+    if setting_list is not None and not all(isinstance(x, Setting) for x in setting_list):
+        raise ConfigError(f"run_kappa: setting_list must hold Settings (settings()), got {setting_list!r}")
+    if on_row is not None and not callable(on_row):
+        raise ConfigError(f"run_kappa: on_row must be a function (row, done, total) or None, got {on_row!r}")
+
+
 def run_kappa(
     rules: Sequence[C.Spec] = DEFAULT_RULES,
     setting_list: Sequence[Setting] | None = None,
@@ -239,10 +269,18 @@ def run_kappa(
     on_row: Callable[[dict[str, Any], int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The table: one row per rule x setting x family (or x recorded task round, ``task``)."""
+    _check_arguments(rules, setting_list, families, task, on_row)
     for spec in rules:
+        C.check_spec("defense", spec)
         C.build_defense(spec)  # unknown names fail before any work
-    if budget < 1:
-        raise ConfigError(f"budget = {budget}: expected at least 1 evaluation")
+    budget = params.number("run_kappa", "budget", budget, low=1, integer=True)
+    dim = params.number("run_kappa", "dim", dim, low=1, integer=True)
+    seed = check_seed("run_kappa seed", seed)
+    allow_outside_guarantee = params.boolean("run_kappa", "allow_outside_guarantee", allow_outside_guarantee)
+    if save_dir is not None:
+        save_dir = Path(save_dir)  # a str too
+        if save_dir.exists() and not save_dir.is_dir():
+            raise ConfigError(f"save_dir {str(save_dir)!r} is a file: expected a folder")
     todo: list[tuple[C.Spec, Setting, Rows]] = []
     for s in setting_list or settings(DEFAULT_N, DEFAULT_F):
         inputs = (

@@ -204,3 +204,57 @@ def test_worst_case_runs_in_a_matrix_cell() -> None:
     stats = attacked.rounds[-1]["attack"]
     assert stats["kappa"] >= stats["best_fixed"] and stats["evaluations"] <= 60
     assert attacked.rounds[0]["aggregation_error"] >= alie.rounds[0]["aggregation_error"]
+
+
+def test_the_published_bound_follows_the_rule_not_its_label() -> None:
+    """A median labelled "krum" is checked against no Krum bound, and a labelled Krum keeps Krum's;
+    an entry that sets parameters gets none (the bounds are for the rules as published)."""
+    from robustfl.theory.kappa import Setting, _row, bound_for, bound_key
+
+    s = Setting(20, 2, 2)
+    assert bound_key({"name": "median", "label": "krum"}) == "median"
+    assert bound_key({"name": "krum", "pre": ["nnm"], "label": "x"}) == "nnm+krum"
+    assert bound_key({"name": "trimmed_mean", "beta": 0.1}) is None
+    def upper(spec: Any) -> Any:
+        return _row(spec, s, "isotropic")["upper_bound"]
+
+    assert upper({"name": "median", "label": "krum"}) == bound_for("median", 20, 2)[0]
+    assert upper({"name": "krum", "label": "krum-v2"}) == bound_for("krum", 20, 2)[0]
+    assert bound_for("median", 20, 2)[0] != bound_for("krum", 20, 2)[0]
+    assert upper({"name": "krum", "pre": [{"name": "bucketing", "size": 2}]}) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"rules": "median"}, "rules must be a non-empty list, got 'median'"),
+        ({"rules": []}, "rules must be a non-empty list, got []"),
+        ({"setting_list": []}, "setting_list must be a non-empty list"),  # ran the default table
+        ({"families": []}, "families must be a non-empty list"),
+        ({"budget": float("nan")}, "budget must be an integer >= 1, got nan"),  # an endless search
+        ({"budget": 2.5}, "budget must be an integer >= 1, got 2.5"),
+        ({"seed": -1}, "a seed must be an integer in [0, 2**63 - 1], got -1"),
+        ({"dim": 0}, "dim must be an integer >= 1, got 0"),
+        ({"on_row": 5}, "on_row must be a function"),
+    ],
+)
+def test_run_kappa_refuses_arguments_before_any_work(kwargs: dict[str, Any], needle: str) -> None:
+    from robustfl.errors import ConfigError
+    from robustfl.theory.kappa import run_kappa, settings
+
+    args: dict[str, Any] = {"rules": ["median"], "setting_list": settings(7, [1]), "families": ["isotropic"],
+                            "budget": 5, **kwargs}
+    with pytest.raises(ConfigError) as info:
+        run_kappa(**args)
+    assert needle in str(info.value)
+
+
+def test_run_kappa_takes_save_dir_as_a_string_and_refuses_a_file(tmp_path: Path) -> None:
+    from robustfl.errors import ConfigError
+    from robustfl.theory.kappa import run_kappa, settings
+
+    rows = run_kappa(["median"], settings(7, [1]), ["isotropic"], budget=5, save_dir=str(tmp_path / "out"))  # type: ignore[arg-type]
+    assert len(rows) == 1 and rows[0]["status"] == "ok"
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="is a file: expected a folder"):
+        run_kappa(["median"], settings(7, [1]), ["isotropic"], budget=5, save_dir=tmp_path / "f")
