@@ -54,8 +54,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from robustfl.errors import ConfigError
 from robustfl.simulation import convergence as _convergence
-from robustfl.simulation.results import Cell, clean_number
+from robustfl.simulation.results import METRIC_KEYS, Cell, clean_number
 
 from .kappa_hat import kappa_text, mean_kappa, versus_fixed
 
@@ -157,7 +158,15 @@ def _summary(cells: Sequence[Cell], metric: str) -> dict[str, Any]:
 
 
 def summarize(cells: Iterable[Cell], metric: str = "relative_drift") -> dict[GroupKey, dict[str, Any]]:
-    """``{(sweep label, attack, defense): summary}`` over seeds, in first-seen order (see module doc)."""
+    """``{(sweep label, attack, defense): summary}`` over seeds, in first-seen order (see module doc).
+    A metric no cell records (a misspelt name) is refused: it would read n/a everywhere."""
+    cells = list(cells)
+    if metric not in METRIC_KEYS and not any(metric in c.final for c in cells):
+        import difflib
+
+        close = difflib.get_close_matches(str(metric), METRIC_KEYS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown metric {metric!r}{hint} (metrics: {', '.join(METRIC_KEYS)})")
     groups: dict[GroupKey, list[Cell]] = {}
     for c in cells:
         groups.setdefault((sweep_label(c.sweep), c.attack, c.defense), []).append(c)

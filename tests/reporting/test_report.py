@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,3 +193,15 @@ def test_render_dispatch() -> None:
     assert report.render(cells, "json") == report.to_json(cells)
     with pytest.raises(ConfigError, match="format must be one of"):
         report.render(cells, "xml")
+
+
+def test_a_misspelt_metric_is_refused_not_shown_as_n_a_everywhere(tmp_path: Path) -> None:
+    from robustfl.reporting.heatmap import heatmap
+
+    cells = [factories.cell("none", "fedavg", 0, 0.5)]
+    for call in (lambda: report.render(cells, "markdown", metric="relative_drfit"),
+                 lambda: heatmap(cells, tmp_path / "h.png", metric="relative_drfit")):
+        with pytest.raises(ConfigError, match="unknown metric 'relative_drfit'; did you mean 'relative_dri"):
+            call()
+    assert not (tmp_path / "h.png").exists()
+    assert "n/a" in report.render(cells, "markdown", metric="accuracy")  # a known metric a cell lacks
