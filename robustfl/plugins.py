@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from .errors import PluginError
 from .registry import Registry
 
 
-def load_plugin(spec: str) -> list[str]:
+def load_plugin(spec: str | os.PathLike[str]) -> list[str]:
     """Load a plugin from a file path or an importable module name (the CLI's ``--plugin``).
 
     The module registers its components by defining any of the tables of :func:`plugin_tables`
@@ -28,6 +29,10 @@ def load_plugin(spec: str) -> list[str]:
     class or factory), or by calling ``robustfl.attacks.register`` (etc.) itself.
     Returns the names it added.
     """
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str) or not spec:
+        raise PluginError(f"a plugin is a file path or a module name, got {spec!r}")
     path = Path(spec)
     cache_key = str(path.resolve()) if (spec.endswith(".py") or path.exists()) else spec
     if cache_key in _LOADED:
@@ -35,7 +40,8 @@ def load_plugin(spec: str) -> list[str]:
     path = Path(spec)
     if spec.endswith(".py") or path.exists():
         if not path.is_file():
-            raise PluginError(f"--plugin {spec!r}: no such file")
+            why = "a folder, not a file" if path.is_dir() else "no such file"
+            raise PluginError(f"--plugin {spec!r}: {why}")
         mod_name = f"robustfl_plugin_{abs(hash(str(path.resolve())))}"
         loader_spec = importlib.util.spec_from_file_location(mod_name, path)
         if loader_spec is None or loader_spec.loader is None:
@@ -44,13 +50,13 @@ def load_plugin(spec: str) -> list[str]:
         sys.modules[mod_name] = module
         try:
             loader_spec.loader.exec_module(module)
-        except Exception as exc:
-            raise PluginError(f"--plugin {spec!r} failed to import: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # a script's sys.exit() ended the process silently
+            raise PluginError(f"--plugin {spec!r} failed to import: {type(exc).__name__}: {exc}") from exc
         origin = f"plugin file {path}"
     else:
         try:
             module = importlib.import_module(spec)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise PluginError(f"--plugin {spec!r}: cannot import module ({exc})") from exc
         origin = f"plugin module {spec}"
     added: list[str] = []

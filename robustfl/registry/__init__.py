@@ -124,7 +124,15 @@ class Registry:
         self._entries[name] = Entry(name, target, origin)
 
     def register(self, name: str, target: str | Callable[..., Any], origin: str = "plugin") -> None:
-        """Add a component by hand (``--plugin``); a clash is a :class:`PluginError`."""
+        """Add a component by hand (``--plugin``); a clash is a :class:`PluginError`, as is a name that
+        is not a non-empty string (it broke ``names()`` for the whole process) or a target that is
+        neither callable nor ``'module:attr'``."""
+        if not isinstance(name, str) or not name.strip():
+            raise PluginError(f"a {self.kind} is registered under a non-empty name (a string), got {name!r}")
+        if not (callable(target) or (isinstance(target, str) and ":" in target)):
+            raise PluginError(
+                f"{self.kind} {name!r}: register a class or factory (or 'module:attr'), got {target!r}"
+            )
         self._discover()
         self._add(name, target, origin)
 

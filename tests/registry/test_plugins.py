@@ -535,3 +535,32 @@ def test_a_component_is_chosen_by_a_string() -> None:
                                   (defenses.create, {"name": "krum"}, "a defense")):
         with pytest.raises(ConfigError, match=f"^{article} is chosen by its name \\(a string\\), got "):
             create(name)
+
+
+def test_register_refuses_a_bad_name_or_target_and_the_registry_stays_usable() -> None:
+    def factory() -> None:
+        return None
+
+    for name in (None, 5, "", "  "):
+        with pytest.raises(PluginError, match="registered under a non-empty name"):
+            attacks.register(name, factory)  # type: ignore[arg-type]
+    for target in (None, 5, "no_colon"):
+        with pytest.raises(PluginError, match="register a class or factory"):
+            defenses.register("t", target)  # type: ignore[arg-type]
+    assert "alie" in attacks.names() and "t" not in defenses.names()  # names() broke after a None name
+
+
+def test_load_plugin_takes_a_path_and_reports_an_exit_or_a_folder(tmp_path: Path) -> None:
+    from robustfl.plugins import load_plugin
+
+    good = tmp_path / "good_plugin.py"
+    good.write_text("from robustfl.defenses.median import Median\nDEFENSES = {'median_copy_p': Median}\n")
+    assert load_plugin(good) == ["median_copy_p"]  # a pathlib.Path: was an AttributeError
+    script = tmp_path / "script_plugin.py"
+    script.write_text("import sys\nsys.exit(3)\n")  # an argparse script ended the process silently
+    with pytest.raises(PluginError, match="failed to import: SystemExit: 3"):
+        load_plugin(str(script))
+    with pytest.raises(PluginError, match="a folder, not a file"):
+        load_plugin(str(tmp_path))
+    with pytest.raises(PluginError, match="a plugin is a file path or a module name, got None"):
+        load_plugin(None)  # type: ignore[arg-type]
