@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -34,8 +35,10 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..scenario import Scenario, load_scenario
+from ..scenario import Scenario, load_scenario, parse_override
 from ..simulation import components as C
+from ..simulation.runner import check_device
+from ..sweep.jobs import load_plugins
 from .claims import BREAK, BREAK_FRACTION, WITHIN, claims, floor_meaning, verdict
 from .constants import Constants
 from .fits import PHASE, TOL, Tally, linear_rate, loglog_slope
@@ -74,7 +77,7 @@ def to_json(obj: Any) -> Any:
 
 
 def run_bound(
-    scenario: Scenario | str | None = None,
+    scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     *,
     device: str = "cpu",
@@ -86,17 +89,23 @@ def run_bound(
 
     ``workers`` processes share the trajectories (default :func:`default_workers`); every
     trajectory has its own named generators, so the report does not depend on it."""
-    if scenario is None or isinstance(scenario, str):
-        sc = load_scenario(scenario or DEFAULT_SCENARIO, overrides)
-    else:
+    if isinstance(scenario, Scenario):  # its overrides too (they were dropped)
         sc = scenario
+        if overrides:
+            load_scenario({}, overrides)  # the same checks of their form as for a name
+            items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+            sc = scenario.with_values(dict(items))
+    else:  # a name, a path or a dict, as load_scenario takes them (overrides applied there)
+        sc = load_scenario(DEFAULT_SCENARIO if scenario is None else scenario, overrides)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be an integer >= 1 (or None), got {workers!r}")
+    check_device(device)
+    load_plugins(plugins)  # here too: the plan below builds every attack and defense
     plan = Plan.of(sc)
     for spec in plan.attacks:  # validate every component before round 1
         C.check_knowledge(C.build_attack(spec), C.attack_label(spec), plan.knowledge)
     for spec in plan.defenses:
         C.build_defense(spec)
-    if workers is not None and workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}")
     n_workers = default_workers(plan, device) if workers is None else workers
     threads = torch.get_num_threads()
     torch.set_num_threads(plan.threads)

@@ -56,6 +56,12 @@ class Plan:
                 f"federation.participation must be 1 for the bound command (the theorem's setting), "
                 f"got {fed['participation']!r}"
             )
+        for section, want in (("algorithm", "fedavg"), ("sharing", "full")):
+            if sc.section(section)["name"] != want:  # the theorem's setting; it was silently not used
+                raise ConfigError(
+                    f"{section}.name must be {want!r} for the bound command (the theorem's setting), "
+                    f"got {sc.section(section)['name']!r}"
+                )
         if sc.section("server")["root_size"] < 1:
             raise ConfigError("server.root_size must be >= 1 for the bound command (FLTrust needs root data)")
         k = fed["clients"]

@@ -428,3 +428,29 @@ def test_workers_do_not_change_the_report(small: Path) -> None:
         r["settings"].pop("cpu_s")
         r["settings"].pop("workers")
     assert one == two
+
+
+def test_run_bound_applies_overrides_to_a_scenario_object_and_refuses_what_it_would_not_use(
+    small: Path, tmp_path: Path
+) -> None:
+    """Overrides given with a Scenario object are applied (they were dropped); a dict or a path works
+    as load_scenario takes them; algorithms, sharing schemes, workers and devices the theorem's
+    setting cannot use are refused before any work; a plugin is loaded here (it was not)."""
+    tiny = ["bound.rounds=2", 'bound.attacks=["none"]', 'bound.defenses=["fltrust"]',
+            "bound.root_sizes=[16, 64]", "bound.draws=2", "bound.fractions=[0.0]"]
+    by_object = B.run_bound(load_scenario(small), tiny, workers=1)
+    by_path = B.run_bound(small, tiny, workers=1)
+    assert by_object["settings"]["rounds"] == by_path["settings"]["rounds"] == 2
+    for bad, needle in [("algorithm.name='fedprox'", "algorithm.name must be 'fedavg'"),
+                        ("sharing.name='psfed'", "sharing.name must be 'full'")]:
+        with pytest.raises(ConfigError, match=needle):
+            B.run_bound(small, [*tiny, bad], workers=1)
+    with pytest.raises(ConfigError, match=r"workers must be an integer >= 1 \(or None\), got 1.5"):
+        B.run_bound(small, tiny, workers=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="device 'xyz': expected cpu, cuda or cuda:N"):
+        B.run_bound(small, tiny, workers=1, device="xyz")
+    plugin = tmp_path / "bound_plugin.py"
+    plugin.write_text("from robustfl.attacks.sign_flip import SignFlip\nATTACKS = {'flip_copy_b': SignFlip}")
+    with_plugin = [*tiny, 'bound.attacks=["none", "flip_copy_b"]']
+    report = B.run_bound(small, with_plugin, workers=1, plugins=[str(plugin)])
+    assert "flip_copy_b" in json.dumps(report)
