@@ -49,7 +49,7 @@ def run(
     from .sweep.main_guard import leave_if_importing_main
 
     leave_if_importing_main()
-    check_seed("seed", seed)
+    seed = check_seed("seed", seed)
     if not isinstance(allow_outside_guarantee, bool):
         raise ConfigError(f"allow_outside_guarantee must be True or False, got {allow_outside_guarantee!r}")
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)

@@ -22,6 +22,7 @@ This module is the package's floor: it imports the standard library and ``robust
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar, overload
 
@@ -60,6 +61,7 @@ def number(component: str, name: str, value: Any, *, low: float | None = None, h
 
     ``integer``: an int (not a bool), returned unchanged. Otherwise an int or float (not a bool),
     finite unless ``finite=False`` (a bound refuses NaN either way), returned as ``float(value)``.
+    numpy's integer and floating scalars count as the Python numbers they stand for.
     """
     parts = []
     if low is not None:
@@ -68,6 +70,9 @@ def number(component: str, name: str, value: Any, *, low: float | None = None, h
         parts.append(("< " if strict_high else "<= ") + _bound(high, integer))
     kind = "an integer" if integer else "a finite number" if finite else "a number"
     constraint = " ".join([kind, " and ".join(parts)]).strip()
+    numpy_scalar = isinstance(value, numbers.Integral if integer else numbers.Real)
+    if numpy_scalar and not isinstance(value, bool | int | float):
+        value = int(value) if integer else float(value)  # numpy's scalars, as the Python numbers they are
     ok = not isinstance(value, bool) and isinstance(value, int if integer else int | float)
     if ok and finite and not integer:
         ok = math.isfinite(value)

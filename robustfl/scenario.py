@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import numbers
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -354,7 +355,9 @@ MAX_SEED = 2**63 - 1  # a store keeps a cell's seed as an SQLite INTEGER
 
 
 def check_seed(what: str, s: Any) -> int:
-    """A seed: an integer in [0, 2**63 - 1]; otherwise one line naming ``what`` (exit 2)."""
+    """A seed: an integer in [0, 2**63 - 1] (a numpy integer as its int); else one line naming ``what``."""
+    if isinstance(s, numbers.Integral) and not isinstance(s, bool | int):
+        s = int(s)
     if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
         raise ConfigError(f"{what}: a seed must be an integer in [0, 2**63 - 1], got {s!r}")
     return s

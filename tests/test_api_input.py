@@ -143,3 +143,20 @@ def test_run_matrix_refuses_malformed_entries(tmp_path: Path, kwargs: dict[str, 
 def test_run_refuses_a_malformed_pre_list_or_flag(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         robustfl.run(robustfl.load_scenario("quick", SMALL), "none", **kwargs)
+
+
+def test_numpy_integers_count_as_the_integers_they_are(tmp_path: Path) -> None:
+    """A seed, a worker count or a component's parameter given as a numpy scalar is taken (it was
+    refused as "not an integer"), with the same result as the Python number."""
+    import numpy as np
+
+    sc = robustfl.load_scenario("quick", SMALL)
+    cell = robustfl.run(sc, "alie", "median", seed=np.int64(1))
+    assert cell.seed == 1 and type(cell.seed) is int
+    assert cell.final == robustfl.run(sc, "alie", "median", seed=1).final
+    result = robustfl.run_matrix(sc, attacks=["none"], defenses=["median"], seeds=[np.int64(0)],
+                                 workers=np.int64(1), store=str(tmp_path / "m.db"))
+    assert [c.seed for c in result.cells] == [0]
+    assert robustfl.attacks.create("alie", z=np.float32(1.5)).z == 1.5  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="got np.True_"):
+        robustfl.run(sc, seed=np.bool_(True))

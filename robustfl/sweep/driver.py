@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from contextlib import closing
@@ -144,6 +145,8 @@ def run_matrix(
         raise ConfigError(f"allow_outside_guarantee must be True or False, got {allow_outside_guarantee!r}")
     if address is not None and executor != "ray":
         raise ConfigError(f"address {address!r} is a Ray cluster's address: it needs executor='ray'")
+    if isinstance(workers, numbers.Integral) and not isinstance(workers, bool):
+        workers = int(workers)  # a numpy integer too
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers must be an integer >= 1 (or None: one per core), got {workers!r}")
     if executor == "local":  # a Ray cluster's workers may have the GPUs this process lacks
