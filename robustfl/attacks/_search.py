@@ -5,7 +5,7 @@ Objective: for Byzantine rows B (f, P) next to the honest rows H (h, P),
     kappa_hat(B) = || F(H, B) - mean(H) ||^2 / s^2,   s^2 = (1/h) sum_i || H_i - mean(H) ||^2,
 
 the kappa the rule F exhibits on the honest set (Allouah et al., AISTATS 2023, Definition 1; the
-square of robustfl's ``aggregation_error``). Maximised in four stages, each from the best so far,
+square of robustfl's ``aggregation_error``). Maximised in five stages, each from the best so far,
 every rule call counted against ``budget``:
 
 1. every attack of the catalogue with its defaults (``AttackContext`` with the honest rows, the

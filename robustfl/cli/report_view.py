@@ -163,7 +163,8 @@ def print_compare(
             )
         console.print(table)
     line = (
-        f"{len(rows)} cells: {counts['same']} unchanged, {counts['changed']} changed values, "
+        f"{len(rows)} cell{'' if len(rows) == 1 else 's'}: {counts['same']} unchanged, "
+        f"{counts['changed']} changed values, "
         f"{counts['status']} changed status, {counts['only_a']} only in A, {counts['only_b']} only in B"
     )
     line += "" if changed else " (no differences)"

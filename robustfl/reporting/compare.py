@@ -141,7 +141,7 @@ def differences_note(differ: Iterable[tuple[str, list[Any], list[Any]]]) -> str:
     from .summaries import plain
 
     def side(vals: list[Any]) -> str:
-        return ", ".join(plain(v) for v in vals) if vals else "(not set)"
+        return ", ".join(plain(v) for v in vals) if vals else "(not recorded)"
 
     parts = [f"{k} = {side(a)} in A, {side(b)} in B" for k, a, b in differ]
     if not parts:

@@ -169,6 +169,7 @@ def test_setting_differences_name_each_key_whose_values_differ() -> None:
     # a key set on one side only; the matrix section (which cells ran) is not a setting
     c = [{"scenario": {**_config("ridge", 10)["scenario"], "sharing": {"name": "psfed"}}}]  # type: ignore[dict-item]
     assert setting_differences(a[:1], c) == [("sharing.name", [], ["psfed"])]
+    assert "sharing.name = (not recorded) in A, psfed in B" in differences_note(setting_differences(a[:1], c))
     note = differences_note(setting_differences(a, b))
     assert "task.name = ridge in A, mnist in B" in note
     assert "threat.byzantine = 0.2, 0.4 in A, 0.2 in B" in note
