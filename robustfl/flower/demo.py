@@ -81,7 +81,7 @@ def scenario(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     quiet()
-    from ..errors import RobustFLError
+    from ..errors import ConfigError, RobustFLError
     from ._flwr import require
 
     try:
@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
         check_seed("--seed", args.seed)
         check_outputs({"--json": args.json})  # before the federation runs, not after
+        if args.attack != "none" and args.byzantine < 1:  # the attack would run on no client, silently
+            raise ConfigError(f"--attack {args.attack!r} needs clients to run on: give --byzantine N")
         version = require()
         from .federation import ScenarioFederation
 
@@ -110,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             scenario(args), args.attack, args.defense, args.seed, on_round=on_round
         )
         where = "server adversary" if federation.strategy.adversary is not None else "client mod"
+        told = ""
+        if args.byzantine and not federation.byzantine:  # attack none: f-hat still counts them
+            told = f"; the defense still assumes {args.byzantine}"
         print(f"flwr {version}: {args.clients} clients, {len(federation.byzantine)} Byzantine "
-              f"({where if federation.byzantine else 'none'}), defense {federation.strategy.label}",
+              f"({where if federation.byzantine else 'none'}{told}), defense {federation.strategy.label}",
               flush=True)
         federation.run()
     except (RobustFLError, ValueError, OSError) as exc:

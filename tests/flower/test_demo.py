@@ -55,7 +55,9 @@ def test_demo_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
 def test_demo_refuses_a_bad_json_path_or_seed_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for argv, needle in ((["--json", str(tmp_path)], "it is a folder"), (["--seed", "-1"], "a seed must be")):
+    cases = ((["--json", str(tmp_path)], "it is a folder"), (["--seed", "-1"], "a seed must be"),
+             (["--attack", "alie"], "--attack 'alie' needs clients to run on: give --byzantine N"))
+    for argv, needle in cases:
         assert main([*argv, "--rounds", "1", "--clients", "5"]) == 2
         captured = capsys.readouterr()
         assert "round" not in captured.out  # refused before the federation ran a round
