@@ -58,6 +58,8 @@ def rule_spec(token: str) -> Any:
         raise ConfigError(f"--rules: {token!r} has an empty part: expected PRE+...+RULE, e.g. nnm+krum")
     from ..defenses import pre_registry, registry
 
+    if len(parts) == 1 and parts[0] in pre_registry and parts[0] not in registry:
+        raise ConfigError(f"--rules: {token!r} is a pre-aggregator: put it before a rule ({token}+krum?)")
     if len(parts) > 1 and parts[-1] in pre_registry and parts[-1] not in registry:
         order = "+".join([parts[-1], *parts[:-1]])
         raise ConfigError(
@@ -117,11 +119,15 @@ def cmd_kappa(args: argparse.Namespace) -> int:
     from ..theory import kappa as K
     from ..theory.kappa_families import FAMILIES, task_rounds
 
+    if not args.scenario and args.overrides:  # the synthetic families read no scenario key
+        raise ConfigError("--set applies to a SCENARIO's rounds; without one, kappa runs the synthetic "
+                          "families (--n, --dim, --families): give a SCENARIO or drop --set")
     if args.scenario:  # the rows are the scenario's rounds: the synthetic families' options do not apply
         given = [f"--{o}" for o in ("n", "dim", "families", "misspecified") if getattr(args, o) is not None]
         if given:
             raise ConfigError(
-                f"{', '.join(given)} apply to the synthetic input families, not to a SCENARIO's rounds "
+                f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the synthetic input "
+                "families, not to a SCENARIO's rounds "
                 "(there n is federation.clients and f is --f or threat.byzantine): drop them or the SCENARIO"
             )
     rules = [rule_spec(t) for t in (csv_list(args.rules, "rules") or [])] or list(K.DEFAULT_RULES)

@@ -189,7 +189,7 @@ def test_cli_writes_the_rows_and_refuses_bad_input(
     assert "--rules lists 'median' twice" in capsys.readouterr().err
     for extra in (["--n", "7"], ["--dim", "3"], ["--families", "isotropic"], ["--misspecified", "4:2"]):
         assert main(["kappa", "quick", *extra, "--quiet"]) == 2  # the families' options, not a scenario's
-        assert f"{extra[0]} apply to the synthetic input families" in capsys.readouterr().err
+        assert f"{extra[0]} applies to the synthetic input families" in capsys.readouterr().err
 
 
 def test_worst_case_runs_in_a_matrix_cell() -> None:
@@ -258,3 +258,18 @@ def test_run_kappa_takes_save_dir_as_a_string_and_refuses_a_file(tmp_path: Path)
     (tmp_path / "f").write_text("x")
     with pytest.raises(ConfigError, match="is a file: expected a folder"):
         run_kappa(["median"], settings(7, [1]), ["isotropic"], budget=5, save_dir=tmp_path / "f")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--rules", "nnm"], "--rules: 'nnm' is a pre-aggregator: put it before a rule (nnm+krum?)"),
+        (["--set", "federation.x=2", "--rules", "median"], "--set applies to a SCENARIO's rounds"),
+    ],
+)
+def test_kappa_refuses_a_lone_pre_aggregator_and_set_without_a_scenario(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["kappa", *argv]) == 2  # --set was ignored, exit 0; nnm got "did you mean 'monna'?"
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
