@@ -52,7 +52,13 @@ from .executor import Executor, Progress
 from .interrupt import Interrupted, SigintGuard, interrupted_message
 from .jobs import fault_cell, load_plugins
 from .local import InProcess, LocalPool
-from .main_guard import MainGuardError, guard_message, leave_if_importing_main, unguarded_main_call
+from .main_guard import (
+    MainGuardError,
+    guard_message,
+    leave_if_importing_main,
+    unguarded_main_call,
+    unimportable_main,
+)
 from .plan import Job, plan
 from .pool import mp_context
 from .provenance import provenance
@@ -153,6 +159,11 @@ def run_matrix(
         check_device(device)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     if uses_processes(executor, workers, timeout):
+        if (stdin := unimportable_main()) is not None:  # each worker would die importing it
+            raise MainGuardError(
+                f"this script is read from {stdin!r}, which worker processes cannot import again: save it "
+                "to a file and run that, or use workers=1 (without cell_timeout)"
+            )
         where = unguarded_main_call()
         if where is not None:  # its workers would run the script again: say so before starting them
             raise MainGuardError(guard_message(where))

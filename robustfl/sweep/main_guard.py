@@ -80,6 +80,14 @@ def _is_main_guard(test: ast.expr) -> bool:
     return len(names) == 1 and len(consts) == 1
 
 
+def unimportable_main() -> str | None:
+    """The main script's path when worker processes could not import it again (Python read it
+    from standard input: ``python - <<EOF``, ``__file__ == '<stdin>'``), else None."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return path if isinstance(path, str) and path and not Path(path).is_file() else None
+
+
 def unguarded_main_call() -> str | None:
     """Where the main script calls us from its top level outside ``if __name__ == "__main__":``
     ("the script PATH (line N)"), else None. Worker processes started by forkserver or spawn

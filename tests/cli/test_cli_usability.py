@@ -58,6 +58,27 @@ def test_script_without_main_guard_gets_one_clear_error(tmp_path: Path) -> None:
     assert out.stderr.count(GUARD) == 1, out.stderr  # one error, not one per worker
 
 
+def test_a_script_read_from_standard_input_gets_one_clear_error(tmp_path: Path) -> None:
+    """``python - <<EOF``: workers cannot import '<stdin>' again (every cell died with a fork-server
+    traceback); one line says so, and workers=1 runs."""
+    code = (
+        "import robustfl\n"
+        'sc = robustfl.load_scenario("quick", overrides=["federation.rounds=2", "federation.clients=10"])\n'
+        "try:\n"
+        '    robustfl.run_matrix(sc, attacks=["none"], defenses=["fedavg"], seeds=[0], workers=2)\n'
+        "except robustfl.RobustFLError as e:\n"
+        '    print("refused:", e)\n'
+        'r = robustfl.run_matrix(sc, attacks=["none"], defenses=["fedavg"], seeds=[0], workers=1)\n'
+        'print("cells:", len(r.cells), r.cells[0].status)\n'
+    )
+    env = {**os.environ, "ROBUSTFL_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-"], input=code, cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "refused: this script is read from '<stdin>', which worker processes cannot import" in out.stdout
+    assert "cells: 1 ok" in out.stdout and "Traceback" not in out.stderr
+
+
 def test_readme_python_example_runs_as_a_script(tmp_path: Path) -> None:
     block = _readme_python_block()
     assert GUARD in block
