@@ -82,12 +82,14 @@ def gradient_descent_factor(eigenvalues: Tensor, alpha: float) -> float:
 
 def rho(mu: float, lip: float, alpha: float, delta2: float = 0.0) -> float:
     """Proof-supported rho: 1 - (sqrt(1 - alpha mu + alpha^2 L^2) + 24 alpha Delta2 + 2 alpha L)."""
+    delta2 = params.number("bound", "delta2", delta2, low=0)  # a negative one read as a guarantee
     return 1.0 - (proof_factor(mu, lip, alpha) + 24 * alpha * delta2 + 2 * alpha * lip)
 
 
 def rho_literal(mu: float, lip: float, alpha: float, delta2: float = 0.0) -> float:
     """The printed formula at ``alpha``: 1 - (sqrt(1 - mu^2/(4L^2)) + 24 alpha Delta2 + 2 alpha L)."""
     alpha = _positive("alpha", alpha)
+    delta2 = params.number("bound", "delta2", delta2, low=0)
     return 1.0 - (lemma2_factor(mu, lip) + 24 * alpha * delta2 + 2 * alpha * lip)
 
 
@@ -95,8 +97,9 @@ def delta1(sigma1: float, root_size: int, dim: int, delta: float = DELTA) -> flo
     """Delta1 = sigma1 sqrt(2/|D0|) sqrt(d log 6 + log(3/delta))."""
     if not 0 < delta < 1:
         raise ParameterError(f"bound: parameter delta must be in (0, 1), got {delta!r}")
-    if root_size < 1 or dim < 1:
-        raise ParameterError(f"bound: root_size and dim must be >= 1, got {root_size}, {dim}")
+    sigma1 = params.number("bound", "sigma1", sigma1, low=0)  # a negative one gave a negative Delta1
+    root_size = params.number("bound", "root_size", root_size, low=1, integer=True)
+    dim = params.number("bound", "dim", dim, low=1, integer=True)
     return sigma1 * math.sqrt(2.0 / root_size) * math.sqrt(dim * math.log(6) + math.log(3 / delta))
 
 
@@ -109,6 +112,7 @@ def gradient_covariance(sigma: Tensor, w_true: Tensor, w_star: Tensor, noise: fl
 
 def sigma1_ridge(sigma: Tensor, w_true: Tensor, w_star: Tensor, noise: float) -> float:
     """sigma1 = sqrt(largest eigenvalue of the per-sample gradient covariance at w*)."""
+    noise = params.number("bound", "noise", noise, low=0)
     cov = gradient_covariance(sigma, w_true, w_star, noise)
     return math.sqrt(float(torch.linalg.eigvalsh(0.5 * (cov + cov.T))[-1]))
 

@@ -88,6 +88,13 @@ def test_constants_refuse_bad_values() -> None:
         K.rho(0.5, 1.0, 0.0)
     with pytest.raises(ParameterError, match="delta"):
         K.delta1(1.0, 10, 5, delta=1.5)
+    # out of the theorem's domain: a negative Delta2 gave a positive rho ("the guarantee holds")
+    for call, needle in [(lambda: K.rho(0.5, 1.0, 0.1, delta2=-1), "delta2 must be a finite number >= 0"),
+                         (lambda: K.rho_literal(0.5, 1.0, 0.1, delta2=float("nan")), "delta2"),
+                         (lambda: K.delta1(-1.0, 100, 10), "sigma1 must be a finite number >= 0"),
+                         (lambda: K.delta1(1.0, 1.5, 10), "root_size must be an integer >= 1, got 1.5")]:
+        with pytest.raises(ParameterError, match=needle):
+            call()
 
 
 def test_delta1_by_hand() -> None:
