@@ -21,6 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
+from .tables import StdoutConsole
+
 STATUS_STYLES = {"holds": "bold green", "fails": "bold red", "vacuous": "bold yellow", "finding": "bold cyan"}
 DAGGER = "†"
 
@@ -192,7 +194,7 @@ def root_table(r: Mapping[str, Any]) -> Table:
 
 def print_bound(report: Mapping[str, Any], console: Console | None = None, quiet: bool = False) -> None:
     """The whole report (``quiet``: the claims and the verdict only)."""
-    con = console if console is not None else Console()
+    con = console if console is not None else StdoutConsole()
     s = report["settings"]
     if not quiet:
         con.print(

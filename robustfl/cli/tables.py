@@ -32,9 +32,18 @@ STYLES = {
 STATUS_STYLES = {"ok": "green", "diverged": "bold red", "failed": "magenta"}
 
 
+class StdoutConsole(Console):
+    """rich's Console on stdout, except that a reader who left (``robustfl report | head``) ends
+    the command quietly with exit 0 (:func:`robustfl.cli.main.entry`), not rich's exit 1, which
+    the exit codes reserve for a failed cell."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def get_console(console: Console | None) -> Console:
     """``console``, else a new one on stdout."""
-    return console if console is not None else Console()
+    return console if console is not None else StdoutConsole()
 
 
 def cell_text(group: Mapping[str, Any] | None, seconds: float | None = None) -> Text:

@@ -4,6 +4,7 @@ attacks and defenses, ``--attacks`` by label, and browsing the catalogue from th
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -269,3 +270,21 @@ def test_every_option_of_every_command_has_help() -> None:
     assert len(options) > 40
     missing = [name for name, text in options if not text or not text.strip()]
     assert missing == []
+
+
+def test_a_reader_that_left_is_a_broken_pipe_not_rich_exit_1() -> None:
+    """``robustfl report S | head -1``: rich's console turns a broken pipe into SystemExit(1), which
+    the exit codes keep for a failed cell; ours raises BrokenPipeError, which ``entry`` ends with 0."""
+    from rich.console import Console
+
+    from robustfl.cli.tables import StdoutConsole, get_console
+
+    class Gone(io.StringIO):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError
+
+    with pytest.raises(SystemExit):  # what rich itself does
+        Console(file=Gone()).print("x")
+    with pytest.raises(BrokenPipeError):
+        StdoutConsole(file=Gone()).print("x")
+    assert isinstance(get_console(None), StdoutConsole)
