@@ -39,7 +39,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     ran = scenario_name(view.scenario, view.provenance)
     published = [compare_published(cells, t, ran) for t in tables]
     for comp in published:
-        if comp.other_scenario and not args.quiet:
+        if comp.other_scenario and not args.quiet and args.format != "csv":  # CSV holds no comparison
             print(
                 f"robustfl: warning: published table '{comp.table.name}' is for scenario "
                 f"'{comp.table.scenario}'; {args.store} ran '{ran}'",
