@@ -295,4 +295,7 @@ def render(
             setting_keys=setting_keys,
             convergence=convergence,
         )
-    raise ConfigError(f"report: format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "table":  # the terminal table is the command line's (robustfl.cli.render)
+        raise ConfigError("render: 'table' is the terminal's view (robustfl report); here use csv, json, "
+                          "markdown or html")
+    raise ConfigError(f"render: format must be one of csv, json, markdown, html, got {format!r}")

@@ -191,8 +191,10 @@ def test_render_dispatch() -> None:
     assert report.render(cells, "markdown") == report.to_markdown(cells)
     assert report.render(cells, "html") == html_page(cells)  # the one HTML page
     assert report.render(cells, "json") == report.to_json(cells)
-    with pytest.raises(ConfigError, match="format must be one of"):
+    with pytest.raises(ConfigError, match="format must be one of csv, json, markdown, html, got 'xml'"):
         report.render(cells, "xml")
+    with pytest.raises(ConfigError, match="'table' is the terminal's view"):  # not "one of table, ..."
+        report.render(cells, "table")
 
 
 def test_a_misspelt_metric_is_refused_not_shown_as_n_a_everywhere(tmp_path: Path) -> None:
