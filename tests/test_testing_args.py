@@ -87,3 +87,19 @@ def test_check_attack_refuses_arguments_it_cannot_run_on(kwargs: dict[str, Any],
     with pytest.raises(RobustFLError) as info:
         check_attack(NaNRows(), **kwargs)
     assert needle in str(info.value) and str(info.value).startswith("check_attack: ")
+
+
+def test_a_name_instead_of_the_component_and_a_grant_by_name() -> None:
+    from robustfl.testing import make_context
+
+    with pytest.raises(RobustFLError, match=r"check_defense takes the rule itself \(robustfl"):
+        check_defense("median")
+    with pytest.raises(RobustFLError, match=r"check_attack takes the attack itself"):
+        check_attack("alie")
+    by_name = make_context(f=2, k=6, p=3, dtype=torch.float64, grant="honest")
+    by_flag = make_context(f=2, k=6, p=3, dtype=torch.float64, grant=Knowledge.OWN | Knowledge.HONEST)
+    assert by_name.honest is not None and by_name.oracle is None and torch.equal(by_name.own, by_flag.own)
+    with pytest.raises(RobustFLError, match="grant must be a Knowledge"):
+        make_context(f=2, k=6, p=3, dtype=torch.float64, grant="all")
+    with pytest.raises(RobustFLError, match="f must be an integer >= 1 and <= 5, got 12"):
+        make_context(f=12, k=6, p=3, dtype=torch.float64, grant="own")

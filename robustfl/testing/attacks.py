@@ -41,12 +41,20 @@ def make_context(
     k: int,
     p: int,
     dtype: torch.dtype,
-    grant: Knowledge,
+    grant: Knowledge | str,
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> AttackContext:
     """A synthetic round: honest rows around a common direction, own rows likewise, a reference
-    update near the honest mean, a non-zero global model, and (if granted) a mean-of-rows oracle."""
+    update near the honest mean, a non-zero global model, and (if granted) a mean-of-rows oracle.
+    ``grant``: a :class:`Knowledge` or a level name (``"own"``, ``"honest"``, ``"full"``)."""
+    if isinstance(grant, str) and grant in ("own", "honest", "full"):
+        grant = Knowledge.grant(grant)
+    if not isinstance(grant, Knowledge):
+        raise InputError(f"make_context: grant must be a Knowledge or 'own', 'honest', 'full', got {grant!r}")
+    k = params.number("make_context", "k", k, low=2, integer=True)
+    f = params.number("make_context", "f", f, low=1, high=k - 1, integer=True)
+    p = params.number("make_context", "p", p, low=1, integer=True)
     g = torch.Generator().manual_seed(1000 + seed)
     direction = torch.randn(p, generator=g, dtype=torch.float64)
     honest = (direction + 0.5 * torch.randn(k - f, p, generator=g, dtype=torch.float64)).to(dtype).to(device)
@@ -103,6 +111,9 @@ def check_attack(
 ) -> None:
     """Assert that ``attack`` honours the attack contract; ``knowledge`` = the grant to test under
     (default: what the attack declares)."""
+    if isinstance(attack, str) or not callable(attack):
+        raise InputError(f"check_attack takes the attack itself (robustfl.attacks.create({attack!r})?), "
+                         f"got {attack!r}")
     params.number("check_attack", "k", k, low=2, integer=True)
     params.number("check_attack", "f", f, low=1, high=k - 1, integer=True)  # one honest row at least
     params.number("check_attack", "p", p, low=1, integer=True)

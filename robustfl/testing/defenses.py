@@ -174,6 +174,9 @@ def check_defense(
     ``f`` defaults to max(0, (K - 3) // 4) (inside Bulyan's 4f + 3). ``updates`` overrides the
     seeded Gaussian rows (K, P are then taken from it).
     """
+    if isinstance(defense, str) or not callable(defense):
+        raise InputError(f"check_defense takes the rule itself (robustfl.defenses.create({defense!r})?), "
+                         f"got {defense!r}")
     _check_args(k, p, seed, f, scale, dtype, updates, rtol)
     u = updates if updates is not None else gaussian_rows(k, p, seed=seed, scale=scale, dtype=dtype)
     u = u.to(device)
