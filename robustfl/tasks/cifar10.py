@@ -195,7 +195,8 @@ def read_meta(path: Path) -> list[str]:
 def batches_folder(directory: Path) -> Path:
     """``directory/cifar-10-batches-py`` when it exists, else ``directory``; the batch files must be there."""
     if not directory.is_dir():
-        raise DataError(f"cifar10: data directory {directory} does not exist; {_HINT}")
+        what = "is a file, not a folder" if directory.is_file() else "does not exist"
+        raise DataError(f"cifar10: data directory {directory} {what}; {_HINT}")
     folder = directory / SUBFOLDER if (directory / SUBFOLDER).is_dir() else directory
     missing = [name for name in (*TRAIN_BATCHES, TEST_BATCH) if not (folder / name).is_file()]
     if missing:

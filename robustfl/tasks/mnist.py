@@ -88,7 +88,8 @@ def load_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.ndar
 def load_mnist(directory: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{"test": (images, labels)}`` plus ``"train"`` when the training pair is present."""
     if not directory.is_dir():
-        raise DataError(f"mnist: data directory {directory} does not exist; {_HINT}")
+        what = "is a file, not a folder" if directory.is_file() else "does not exist"
+        raise DataError(f"mnist: data directory {directory} {what}; {_HINT}")
     found = {key: find_file(directory, stem) for key, stem in FILES.items()}
     if found["test_images"] is None or found["test_labels"] is None:
         missing = [FILES[k] for k in ("test_images", "test_labels") if found[k] is None]

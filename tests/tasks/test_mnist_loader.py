@@ -146,6 +146,11 @@ def test_missing_directory_names_it(tmp_path: Path) -> None:
         build(MNIST(data_dir=str(missing)))
     msg = str(info.value)
     assert str(missing) in msg and "t10k-images-idx3-ubyte" in msg and "\n" not in msg
+    assert "does not exist" in msg
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    with pytest.raises(DataError, match="is a file, not a folder"):  # it said "does not exist"
+        build(MNIST(data_dir=str(a_file)))
 
 
 def test_empty_directory_names_the_files(tmp_path: Path) -> None:
