@@ -75,7 +75,10 @@ def number(component: str, name: str, value: Any, *, low: float | None = None, h
         value = int(value) if integer else float(value)  # numpy's scalars, as the Python numbers they are
     ok = not isinstance(value, bool) and isinstance(value, int if integer else int | float)
     if ok and finite and not integer:
-        ok = math.isfinite(value)
+        try:
+            ok = math.isfinite(value)
+        except OverflowError:  # an int past the floats (10**400)
+            ok = False
     if ok and low is not None:
         ok = value > low if strict_low else value >= low
     if ok and high is not None:
@@ -88,7 +91,7 @@ def number(component: str, name: str, value: Any, *, low: float | None = None, h
 def choice(component: str, name: str, value: Any, choices: Sequence[T]) -> T:
     """``value`` if it is one of ``choices`` (returned as the matching element of ``choices``)."""
     for c in choices:
-        if value == c:
+        if isinstance(value, str | int | float | bool | None) and value == c:  # a tensor's == is no answer
             return c
     raise error(component, name, "one of " + ", ".join(repr(c) for c in choices), value)
 

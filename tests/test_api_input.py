@@ -160,3 +160,34 @@ def test_numpy_integers_count_as_the_integers_they_are(tmp_path: Path) -> None:
     assert robustfl.attacks.create("alie", z=np.float32(1.5)).z == 1.5  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="got np.True_"):
         robustfl.run(sc, seed=np.bool_(True))
+
+
+def test_params_refuse_a_huge_int_and_a_tensor_choice_in_one_line() -> None:
+    import torch
+
+    from robustfl import params
+    from robustfl.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="parameter z must be a finite number"):  # was OverflowError
+        robustfl.attacks.create("alie", z=10**400)
+    with pytest.raises(ParameterError, match="must be one of 'a', 'b', got tensor"):  # was RuntimeError
+        params.choice("thing", "mode", torch.tensor([1, 2]), ["a", "b"])
+    assert params.choice("thing", "mode", "b", ["a", "b"]) == "b"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("20", [2]), "parameter n must be an integer >= 1, got '20'"),
+        ((20, 2), "fs must be a list of counts, got 2"),
+        ((20, [2.5]), "parameter f must be an integer, got 2.5"),  # accepted, then a TypeError later
+        ((20, [2], [(2,)]), "a misspecified setting is a pair (f, f_hat), got (2,)"),
+    ],
+)
+def test_kappa_settings_refuse_what_is_no_setting(args: tuple[Any, ...], needle: str) -> None:
+    from robustfl.errors import RobustFLError
+    from robustfl.theory.kappa import settings
+
+    with pytest.raises(RobustFLError) as info:
+        settings(*args)
+    assert needle in str(info.value)

@@ -72,7 +72,16 @@ class Setting:
 
 def settings(n: int, fs: Sequence[int], misspecified: Sequence[tuple[int, int]] = ()) -> list[Setting]:
     """(n, f, f_hat = f) for each f, then the misspecified (f, f_hat) pairs."""
-    out = [Setting(n, f, f) for f in fs] + [Setting(n, f, fh) for f, fh in misspecified]
+    n = params.number("settings", "n", n, low=1, integer=True)
+    if isinstance(fs, str | bytes) or not isinstance(fs, Sequence):
+        raise ConfigError(f"settings: fs must be a list of counts, got {fs!r}")
+    fs = [params.number("settings", "f", f, integer=True) for f in fs]
+    pairs = []
+    for pair in misspecified:
+        if not (isinstance(pair, Sequence) and len(pair) == 2):
+            raise ConfigError(f"settings: a misspecified setting is a pair (f, f_hat), got {pair!r}")
+        pairs.append(tuple(params.number("settings", "f", v, integer=True) for v in pair))
+    out = [Setting(n, f, f) for f in fs] + [Setting(n, f, fh) for f, fh in pairs]
     for s in out:
         if not (0 <= s.f < s.n and 0 <= s.f_hat < s.n):
             raise ConfigError(f"setting {s.label}: expected 0 <= f, f_hat < n")

@@ -406,3 +406,13 @@ def test_a_table_named_for_a_store_of_another_scenario_is_shown_with_a_warning(
         assert "warning" not in capsys.readouterr().err
     doc = json.loads(_report(matching, "json", tmp_path))
     assert {c["store_scenario"] for c in doc["published"]} == {"fltrust-mnist"}
+
+
+def test_a_table_path_that_is_no_table_is_refused(tmp_path: Path) -> None:
+    binary = tmp_path / "store.db"
+    binary.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ConfigError, match="not a text \\(TOML\\) file"):
+        P.load_table(binary)
+    for where in (tmp_path / "nowhere", binary):
+        with pytest.raises(ConfigError, match="is not a folder of table files"):  # it returned []
+            P.load_tables(where)

@@ -300,6 +300,8 @@ def load_table(path: str | Path) -> PublishedTable:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{_where(p)}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{_where(p)}: not a text (TOML) file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{_where(p)}: not valid TOML: {exc}") from None
     return parse_table(raw, p.stem, p)
@@ -320,6 +322,8 @@ def table_dirs() -> list[Path]:
 def load_tables(directory: str | Path | None = None) -> list[PublishedTable]:
     """Every table under ``directory`` (default: the shipped ones), sorted by name; the first
     directory that has a name wins."""
+    if directory is not None and not Path(directory).is_dir():  # it read as "no tables"
+        raise ConfigError(f"published tables: {str(directory)!r} is not a folder of table files")
     dirs = [Path(directory)] if directory is not None else table_dirs()
     found: dict[str, PublishedTable] = {}
     for d in dirs:
