@@ -139,29 +139,35 @@ def print_compare(
         metrics = [("relative_drift", "drift")]
         if any(r["accuracy_a"] is not None or r["accuracy_b"] is not None for r in changed):
             metrics.append(("accuracy", "acc"))
-        table = Table(title=f"A = {name_a}   B = {name_b}", title_justify="left")
         heads = ["setting" if setting_keys else "sweep"] if show_sweep else []
-        for col in [*heads, "attack", "defense", "seed", "change", "status"]:
-            table.add_column(Text(col), justify="right" if col == "seed" else "left")
-        for _, short in metrics:
-            for col in (f"{short} A", f"{short} B", f"Δ {short}"):
-                table.add_column(Text(col), justify="right")
-        for r in changed:
-            a, b = r["status_a"], r["status_b"]
-            status = f"{a} -> {b}" if a is not None and b is not None and a != b else str(a or b)
-            values = []
-            for m, _ in metrics:
-                values += [num(r[f"{m}_a"]), num(r[f"{m}_b"]), num(r[f"{m}_delta"], delta=True)]
-            table.add_row(
-                *([Text(report.sweep_label(r["sweep"]))] if show_sweep else []),
-                Text(str(r["attack"])),
-                Text(str(r["defense"])),
-                str(r["seed"]),
-                Text(words[r["change"]], style=styles[r["change"]]),
-                Text(status),
-                *values,
-            )
-        console.print(table)
+        # a narrow terminal (or a pipe: 80 columns) gets one table per metric, and the names wrap
+        # while each number stays whole (rich would cut values to "0.4…" or crop columns)
+        groups = [metrics] if console.width >= 120 or len(metrics) == 1 else [[m] for m in metrics]
+        for group in groups:
+            table = Table(title=f"A = {name_a}   B = {name_b}", title_justify="left")
+            for col in [*heads, "attack", "defense", "seed", "change", "status"]:
+                table.add_column(Text(col), justify="right" if col == "seed" else "left", overflow="fold")
+            for m, short in group:
+                for col, key, delta in ((f"{short} A", f"{m}_a", False), (f"{short} B", f"{m}_b", False),
+                                        (f"Δ {short}", f"{m}_delta", True)):
+                    width = max(len(num(r[key], delta)) for r in changed)
+                    table.add_column(Text(col), justify="right", overflow="fold", min_width=width)
+            for r in changed:
+                a, b = r["status_a"], r["status_b"]
+                status = f"{a} -> {b}" if a is not None and b is not None and a != b else str(a or b)
+                values = []
+                for m, _ in group:
+                    values += [num(r[f"{m}_a"]), num(r[f"{m}_b"]), num(r[f"{m}_delta"], delta=True)]
+                table.add_row(
+                    *([Text(report.sweep_label(r["sweep"]))] if show_sweep else []),
+                    Text(str(r["attack"])),
+                    Text(str(r["defense"])),
+                    str(r["seed"]),
+                    Text(words[r["change"]], style=styles[r["change"]]),
+                    Text(status),
+                    *values,
+                )
+            console.print(table)
     line = (
         f"{len(rows)} cell{'' if len(rows) == 1 else 's'}: {counts['same']} unchanged, "
         f"{counts['changed']} changed values, "

@@ -189,3 +189,18 @@ def test_cli_compare_says_when_the_stores_ran_different_settings(
     assert want in out
     assert main(["compare", str(a), str(a)]) == 0
     assert "different settings" not in capsys.readouterr().out
+
+
+def test_cli_compare_in_a_narrow_terminal_shows_every_value_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """80 columns (a pipe): one table per metric, no value cut to "0.4…" and no column cropped."""
+    monkeypatch.setenv("COLUMNS", "80")
+    a, b = _store(tmp_path / "a.db", A), _store(tmp_path / "b.db", B)
+    assert main(["compare", a, b]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert rows and not any("…" in line for line in rows) and out.count("┏") == 2  # a table per metric
+    for needle in ("-0.25", "+0.125", "0.625", "0.375"):  # (the status column may wrap)
+        assert needle in out, needle
+    assert max(len(line) for line in rows) <= 80
