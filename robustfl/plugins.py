@@ -48,11 +48,14 @@ def load_plugin(spec: str | os.PathLike[str]) -> list[str]:
             raise PluginError(f"--plugin {spec!r}: not a Python file")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
+        before = sum(len(reg.names()) for _, reg in plugin_tables())  # a file may also register() itself
         try:
             loader_spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:  # a script's sys.exit() ended the process silently
             raise PluginError(f"--plugin {spec!r} failed to import: {type(exc).__name__}: {exc}") from exc
         origin = f"plugin file {path}"
+        if sum(len(reg.names()) for _, reg in plugin_tables()) == before:
+            _refuse_empty(spec, module)
     else:
         try:
             module = importlib.import_module(spec)
@@ -80,6 +83,20 @@ def load_plugin(spec: str | os.PathLike[str]) -> list[str]:
 
 
 _LOADED: dict[str, list[str]] = {}
+
+
+def _refuse_empty(spec: str, module: object) -> None:
+    """A plugin file that defines none of the tables and registered nothing (``ATTACK = {...}``, a
+    typo, returned [] without a word): PluginError, suggesting the table it may have meant."""
+    names = [attr for attr, _ in plugin_tables()]
+    if any(getattr(module, attr, None) for attr in names):
+        return
+    import difflib
+
+    near = [(a, m) for a in vars(module) for m in difflib.get_close_matches(a, names, n=1, cutoff=0.75)]
+    hint = f" ({near[0][0]} is not read: did you mean {near[0][1]}?)" if near else ""
+    raise PluginError(f"--plugin {spec!r} adds nothing: it defines none of {', '.join(names)} and "
+                      f"registers nothing{hint}")
 
 
 def plugin_tables() -> list[tuple[str, Registry]]:

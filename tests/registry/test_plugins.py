@@ -564,3 +564,11 @@ def test_load_plugin_takes_a_path_and_reports_an_exit_or_a_folder(tmp_path: Path
         load_plugin(str(tmp_path))
     with pytest.raises(PluginError, match="a plugin is a file path or a module name, got None"):
         load_plugin(None)  # type: ignore[arg-type]
+    typo = tmp_path / "typo_plugin.py"
+    typo.write_text("from robustfl.attacks.sign_flip import SignFlip\nATTACK = {'flip_copy_t': SignFlip}\n")
+    with pytest.raises(PluginError, match="adds nothing: .*ATTACK is not read: did you mean ATTACKS"):
+        load_plugin(typo)  # it returned [] without a word
+    by_call = tmp_path / "by_call_plugin.py"
+    by_call.write_text("import robustfl\nfrom robustfl.attacks.sign_flip import SignFlip\n"
+                       "robustfl.attacks.register('flip_copy_c', SignFlip)\n")
+    assert load_plugin(by_call) == [] and "flip_copy_c" in attacks.names()  # registering itself is fine
