@@ -186,7 +186,7 @@ def run_matrix(
                 firsts.setdefault(j.key, j)
             todo = [j for j in firsts.values() if j.key not in done]
             if progress is not None:
-                progress.start(len(jobs))
+                progress.start(len(firsts))  # cells to run: one per key
                 for c in done.values():
                     progress.cell_finished(c)
                 expect = getattr(progress, "pending", None)
@@ -235,7 +235,7 @@ def run_matrix(
     except KeyboardInterrupt:
         if not jobs:  # still planning: nothing ran, nothing to say about a store
             raise
-        raise Interrupted(interrupted_message(done, len(jobs), store)) from None
+        raise Interrupted(interrupted_message(done, len({j.key for j in jobs}), store)) from None
     finally:
         runner.close()
         if db is not None:

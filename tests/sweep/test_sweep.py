@@ -318,8 +318,18 @@ def test_a_sweep_key_an_entry_does_not_take_shows_its_one_run_at_every_point(tmp
 
     base = ["federation.rounds=2", "federation.clients=10"]
     sc = robustfl.load_scenario("quick", [*base, 'matrix.sweep={"attack.z" = [1.0, 2.0]}'])
+    class Total:
+        def start(self, total: int) -> None:
+            self.total = total
+
+        def cell_started(self, label: str) -> None: ...
+
+        def cell_finished(self, cell: Cell) -> None: ...
+
+    seen = Total()
     result = robustfl.run_matrix(sc, attacks=["alie", "sign_flip"], defenses=["median"], seeds=[0], workers=1,
-                                 store=str(tmp_path / "m.db"))
+                                 store=str(tmp_path / "m.db"), progress=seen)
+    assert seen.total == 3  # the cells that run (it said 4 and ended at 3)
     got = sorted((c.attack, c.sweep["attack.z"]) for c in result.cells)
     assert got == [("alie", 1.0), ("alie", 2.0), ("sign_flip", 1.0), ("sign_flip", 2.0)]
     alie = {c.sweep["attack.z"]: c.final["relative_drift"] for c in result.cells if c.attack == "alie"}
