@@ -4,6 +4,7 @@ whose one line (:func:`interrupted_message`) says how many cells the store holds
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -32,6 +33,28 @@ def interrupted_message(done: dict[str, Cell], total: int, store: str | Path | N
     )
 
 
+RESEND_S = 0.05  # a Ctrl-C that lands in numba's compiler comes back this much later
+
+
+def in_compiler(frame: FrameType | None) -> bool:
+    """The signal arrived while numba compiles a kernel (its first call in a process whose cache
+    lacks it): a frame of numba or llvmlite is on the stack. llvmlite runs Python callbacks from C
+    (``_raw_object_cache_notify``), which print an exception raised in them as "Exception
+    ignored" and drop it, so a KeyboardInterrupt raised there would be lost."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(("numba.", "llvmlite.")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def resend_sigint(delay: float) -> None:
+    """SIGINT to this process again after ``delay`` seconds (from a daemon thread)."""
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    timer.daemon = True
+    timer.start()
+
+
 class SigintGuard:
     """Ctrl-C raises KeyboardInterrupt as usual, except while a finished cell is being committed:
     then it is held until the commit is done. Installed only in the main thread, and only when
@@ -46,6 +69,8 @@ class SigintGuard:
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self._depth:
             self._pending = True
+        elif in_compiler(frame):  # llvmlite's callbacks swallow an exception: the Ctrl-C was lost
+            resend_sigint(RESEND_S)
         else:
             raise KeyboardInterrupt
 
