@@ -424,3 +424,27 @@ def test_broken_store_is_exit_2(
         assert code == 2, (args[0], err)
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
         assert path.name in err and err.startswith("robustfl: error: "), err
+
+
+def test_a_ctrl_c_inside_numba_comes_back_after_it() -> None:
+    """A SIGINT whose frame is numba's or llvmlite's (a kernel loading or compiling: llvmlite's C
+    callbacks drop an exception raised there, and the Ctrl-C was lost or the process crashed) is not
+    raised there but sent again shortly, and then raised as usual."""
+    import sys as _sys
+
+    from robustfl.sweep.interrupt import RESEND_S, SigintGuard, in_compiler
+
+    def frame_in(module: str) -> Any:
+        namespace: dict[str, Any] = {"__name__": module, "sys": _sys}
+        exec("def here():\n    return sys._getframe()\n", namespace)
+        return namespace["here"]()
+
+    assert in_compiler(frame_in("llvmlite.binding.executionengine"))
+    assert in_compiler(frame_in("numba.core.caching"))
+    assert not in_compiler(frame_in("robustfl.sweep.driver")) and not in_compiler(None)
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+    with SigintGuard() as guard:
+        guard._handler(signal.SIGINT, frame_in("llvmlite.binding.executionengine"))  # not raised here
+        with pytest.raises(KeyboardInterrupt):
+            time.sleep(100 * RESEND_S)  # ... but once it comes back (the sleep ends then)
