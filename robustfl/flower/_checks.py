@@ -104,8 +104,6 @@ def spec(owner: str, arg: str, value: Any) -> Any:
 
 def seed(owner: str, value: Any) -> int:
     """A seed (:func:`robustfl.scenario.check_seed`; numpy integers accepted), as an ``int``."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = operator.index(value)
     return check_seed(f"{owner} seed", value)
 
 

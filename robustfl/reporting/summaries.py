@@ -54,7 +54,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from robustfl.errors import ConfigError
+from robustfl.errors import UnknownNameError
 from robustfl.simulation import convergence as _convergence
 from robustfl.simulation.results import METRIC_KEYS, Cell, clean_number
 
@@ -162,11 +162,7 @@ def summarize(cells: Iterable[Cell], metric: str = "relative_drift") -> dict[Gro
     A metric no cell records (a misspelt name) is refused: it would read n/a everywhere."""
     cells = list(cells)
     if metric not in METRIC_KEYS and not any(metric in c.final for c in cells):
-        import difflib
-
-        close = difflib.get_close_matches(str(metric), METRIC_KEYS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown metric {metric!r}{hint} (metrics: {', '.join(METRIC_KEYS)})")
+        raise UnknownNameError("metric", str(metric), METRIC_KEYS)
     groups: dict[GroupKey, list[Cell]] = {}
     for c in cells:
         groups.setdefault((sweep_label(c.sweep), c.attack, c.defense), []).append(c)

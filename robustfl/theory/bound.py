@@ -23,6 +23,7 @@ re-exports their public names.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..scenario import Scenario, load_scenario, parse_override
+from ..scenario import Scenario, load_scenario
 from ..simulation import components as C
 from ..simulation.runner import check_device
 from ..sweep.jobs import load_plugins
@@ -89,12 +90,12 @@ def run_bound(
 
     ``workers`` processes share the trajectories (default :func:`default_workers`); every
     trajectory has its own named generators, so the report does not depend on it."""
-    if isinstance(scenario, Scenario):  # its overrides too (they were dropped)
+    if isinstance(scenario, Scenario):
         sc = scenario
-        if overrides:
-            load_scenario({}, overrides)  # the same checks of their form as for a name
-            items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
-            sc = scenario.with_values(dict(items))
+        if overrides:  # applied (they were dropped) and checked as load_scenario does, kept on record
+            new = load_scenario(scenario.data, overrides)
+            sc = dataclasses.replace(scenario, data=new.data, overrides=[*scenario.overrides, *new.overrides],
+                                     settings={**scenario.settings, **new.settings})
     else:  # a name, a path or a dict, as load_scenario takes them (overrides applied there)
         sc = load_scenario(DEFAULT_SCENARIO if scenario is None else scenario, overrides)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
